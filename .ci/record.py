@@ -1,0 +1,46 @@
+"""Re-record chapter outputs: execute each notebook top to bottom, in place (make record).
+
+Outputs in the committed notebooks are what the book shows and what nbval compares against;
+this is the only sanctioned way to change them. Each chapter's execution time is stored in
+``_data/runtimes.json`` (read by the runtimes page), so no timing is ever typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIMES = ROOT / "_data" / "runtimes.json"
+
+
+def record(path: Path) -> float:
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=900, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(nb, path)
+    return seconds
+
+
+def main(paths: list[str]) -> int:
+    runtimes = json.loads(RUNTIMES.read_text()) if RUNTIMES.exists() else {}
+    for name in paths:
+        path = Path(name)
+        seconds = record(path)
+        runtimes[path.stem] = round(seconds, 1)
+        print(f"recorded {path} in {seconds:.1f} s")
+    RUNTIMES.parent.mkdir(exist_ok=True)
+    RUNTIMES.write_text(json.dumps(dict(sorted(runtimes.items())), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

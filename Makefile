@@ -1,0 +1,69 @@
+# Transformer Anatomy: every command a reader or contributor needs.
+#   make book    create .venv, install the pinned stack and the package, build the HTML
+#   make test    everything CI checks: lint, unit tests, strict nbval, the book build
+#   make record  re-execute every chapter in place, re-recording its outputs
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
+
+# The training chapter reads Tiny Shakespeare from a local copy when there is one.
+ANATOMY_DATA ?= $(abspath ../shared/data/tinyshakespeare.txt)
+export ANATOMY_DATA
+# Same numbers on every run: one BLAS thread, and no surprise parallel reductions.
+export OMP_NUM_THREADS ?= 1
+export OPENBLAS_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+export PYDEVD_DISABLE_FILE_VALIDATION = 1
+
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with .ci/nbval-sanitize.cfg
+
+.PHONY: help venv book test lint unit nbval build record sync clean
+
+help:
+	@echo "make book    build the HTML book into _build/html (creates .venv on first use)"
+	@echo "make test    lint + unit tests + strict nbval + book build (what CI runs)"
+	@echo "make record  re-execute the chapters in place to re-record their outputs"
+	@echo "make lint    ruff (with bugbear) over code, tests, bench and chapters"
+	@echo "make sync    rewrite each chapter's setup cell from _config.yml"
+
+venv: $(STAMP)
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+book: $(STAMP) build
+	@echo "Open _build/html/index.html"
+
+build: $(STAMP)
+	rm -rf _build/html _build/.doctrees
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
+
+lint: $(STAMP)
+	$(BIN)/ruff check code tests bench chapters .ci
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q
+
+nbval: $(STAMP)
+	$(BIN)/python -m pytest $(NBVAL) chapters -q
+
+test: lint unit nbval build
+	@echo "make test: all checks passed"
+
+record: $(STAMP)
+	$(BIN)/python .ci/record.py $(CHAPTERS)
+
+sync: $(STAMP)
+	$(BIN)/python .ci/setup_cell.py --write $(CHAPTERS)
+
+clean:
+	rm -rf _build

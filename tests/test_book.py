@@ -1,0 +1,86 @@
+"""The book as a whole: table of contents, setup cells, recorded outputs, tags."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+IGNORE_TAGS = {"nbval-ignore-output", "nbval-skip", "skip-execution", "raises-exception"}
+
+_spec = importlib.util.spec_from_file_location("setup_cell", ROOT / ".ci" / "setup_cell.py")
+setup_cell = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(setup_cell)
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _code_cells(path: Path) -> list[dict]:
+    return [c for c in _load(path)["cells"] if c["cell_type"] == "code"]
+
+
+def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
+    toc = (ROOT / "_toc.yml").read_text()
+    listed = re.findall(r"file:\s*(\S+)", toc)
+    for entry in listed:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".ipynb", ".md")), entry
+    for chapter in CHAPTERS:
+        assert f"chapters/{chapter.stem}" in listed, f"{chapter.name} is not in _toc.yml"
+
+
+def test_repository_url_is_read_from_config():
+    url = setup_cell.repository_url()
+    assert url.startswith("https://github.com/")
+    assert url in setup_cell.expected_source()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_setup_cell_is_generated_from_config_and_hidden(chapter):
+    cell = setup_cell.setup_cell(_load(chapter))
+    assert "".join(cell["source"]) == setup_cell.expected_source(), "run `make sync`"
+    assert "remove-cell" in cell["metadata"].get("tags", [])
+    # Colab must never get torch, numpy or ipywidgets from the setup cell.
+    assert not re.search(r"pip.*install.*(torch|numpy|ipywidgets)", "".join(cell["source"]))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_outputs_are_recorded_and_clean(chapter):
+    cells = _code_cells(chapter)
+    assert any(c["outputs"] for c in cells), "no recorded outputs: run `make record`"
+    for i, cell in enumerate(cells):
+        if cell["outputs"]:
+            assert cell["execution_count"] is not None, f"code cell {i} has no execution count"
+        text = json.dumps(cell["outputs"])
+        assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text, (
+            f"code cell {i} output shows a path of this machine")
+        assert not any(o["output_type"] == "error" for o in cell["outputs"]) or (
+            "raises-exception" in cell["metadata"].get("tags", [])), f"code cell {i} errored"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_at_most_one_in_eight_code_cells_escape_nbval(chapter):
+    cells = _code_cells(chapter)
+    escaped = [c for c in cells if IGNORE_TAGS & set(c["metadata"].get("tags", []))]
+    assert len(escaped) * 8 <= len(cells), f"{len(escaped)} of {len(cells)} cells escape nbval"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_the_house_sections(chapter):
+    text = "\n".join("".join(c["source"]) for c in _load(chapter)["cells"]
+                     if c["cell_type"] == "markdown")
+    for heading in ("## Summary", "## Common mistakes", "## Exercises", "## Interview questions"):
+        assert heading in text, f"missing section {heading!r}"
+    assert "**Predict.**" in text and "<details>" in text
+    number = int(chapter.stem.split("_")[0])
+    checks = re.findall(r'check\("(\d+)\.(\w+)"', "\n".join(
+        "".join(c["source"]) for c in _code_cells(chapter)))
+    ours = [ex for ch, ex in checks if int(ch) == number]
+    assert sum(ex.isdigit() for ex in ours) >= 2 and any(not ex.isdigit() for ex in ours), (
+        "a chapter needs at least two checked exercises and one challenge")
