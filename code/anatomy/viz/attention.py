@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..attention import attention, scaled_scores
+from .common import figure_png
 
 STAGES = ("X", "Q, K, V", "scores", "weights", "output")
 
@@ -101,12 +102,3 @@ def attention_lab(X, W_q, W_k, W_v, tokens: Sequence[str]):
     display(widgets.VBox([widgets.HBox([stage, query]), picture, caption]))
     update()  # after display, so the cell's recorded output stays small and stable
 
-
-def figure_png(fig) -> bytes:
-    """Render a figure to PNG bytes and close it (labs show it in an Image widget)."""
-    import io
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    return buffer.getvalue()
