@@ -1,0 +1,199 @@
+"""Input checks shared by every module, so a mistake always reads the same way.
+
+A wrong argument raises ``ValueError`` (``TypeError`` when the dtype is wrong) with a message
+that names the argument, the shape it should have in the book's letters (with numbers when
+they are known) and what arrived::
+
+    q: expected shape [..., T, d_k], got (4,)
+    W_qkv: expected shape [d, 3d] = (8, 24), got (8, 12)
+    ids: expected integers in [0, V) = [0, 65), got max 70
+
+Shape specs are written the way the book writes shapes: ``"[..., T, d]"``. A letter that
+appears twice must have the same size both times, a prefix multiplies (``3d``), and a leading
+``...`` stands for any number of batch or head axes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+_DIM = re.compile(r"^(\d*)([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _parse(spec: str) -> tuple[bool, list[tuple[int, str | None]]]:
+    """Split "[..., T, 3d]" into (has_ellipsis, [(1, "T"), (3, "d")]); a literal is (n, None)."""
+    body = spec.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        raise ValueError(f"shape spec must look like '[..., T, d]', got {spec!r}")
+    tokens = [t.strip() for t in body[1:-1].split(",") if t.strip()]
+    ellipsis = bool(tokens) and tokens[0] == "..."
+    dims = []
+    for token in tokens[1:] if ellipsis else tokens:
+        if token.isdigit():
+            dims.append((int(token), None))
+            continue
+        match = _DIM.match(token)
+        if match is None:
+            raise ValueError(f"bad dimension {token!r} in shape spec {spec!r}")
+        dims.append((int(match.group(1) or 1), match.group(2)))
+    return ellipsis, dims
+
+
+def resolve(spec: str, **sizes: int) -> tuple[int, ...]:
+    """The concrete shape of a spec without "...": resolve("[d, 3d]", d=8) == (8, 24)."""
+    ellipsis, dims = _parse(spec)
+    if ellipsis:
+        raise ValueError(f"cannot resolve {spec!r}: '...' has no fixed size")
+    return tuple(n if letter is None else n * sizes[letter] for n, letter in dims)
+
+
+def shape_error(name: str, spec: str, got: Iterable[int], *,
+                sizes: Mapping[str, int] | None = None, note: str = "") -> ValueError:
+    """The one message format for a wrong shape; ``sizes`` fills in the numbers it knows."""
+    sizes = dict(sizes or {})
+    ellipsis, dims = _parse(spec)
+    letters = [letter for _, letter in dims if letter is not None]
+    concrete = ""
+    if letters and all(letter in sizes for letter in letters):
+        numbers = [str(n if letter is None else n * sizes[letter]) for n, letter in dims]
+        if ellipsis:
+            concrete = " = (" + ", ".join(["...", *numbers]) + ")"
+        else:
+            concrete = " = (" + ", ".join(numbers) + (",)" if len(numbers) == 1 else ")")
+    extra = f" {note}" if note else ""
+    return ValueError(f"{name}: expected shape {spec}{concrete}{extra}, got {tuple(got)}")
+
+
+def check_shape(x: np.ndarray, name: str, spec: str, **sizes: int) -> dict[str, int]:
+    """Check ``x.shape`` against ``spec``; return the size bound to every letter.
+
+    ``sizes`` pins letters already known from other arguments, e.g. ``d_k=4``.
+
+    Shapes: x must match spec, e.g. "[..., T, d_k]" accepts (T, d_k) or (B, h, T, d_k)
+    """
+    shape = np.shape(x)
+    ellipsis, dims = _parse(spec)
+    bound = dict(sizes)
+    rank_ok = len(shape) >= len(dims) if ellipsis else len(shape) == len(dims)
+    if not rank_ok:
+        raise shape_error(name, spec, shape, sizes=bound)
+    tail = shape[len(shape) - len(dims):]
+    # Bind each letter at its first sight, then compare every axis, so that the message for
+    # [d, 3d] = (8, 12) can already say "= (8, 24)".
+    for (mult, letter), size in zip(dims, tail, strict=True):
+        if letter is not None and letter not in bound and size % mult == 0:
+            bound[letter] = size // mult
+    for (mult, letter), size in zip(dims, tail, strict=True):
+        want = mult if letter is None else mult * bound.get(letter, -1)
+        if size != want:
+            raise shape_error(name, spec, shape, sizes=bound)
+    return {letter: bound[letter] for _, letter in dims if letter is not None}
+
+
+def check_broadcastable(x: np.ndarray, name: str, target: tuple[int, ...], *,
+                        spec: str = "[..., T_q, T_k]") -> None:
+    """``x`` must broadcast to ``target`` without enlarging it (a mask or an additive bias).
+
+    Shapes: x broadcastable to target [..., T_q, T_k]
+    """
+    target = tuple(target)
+    try:
+        fits = np.broadcast_shapes(np.shape(x), target) == target
+    except ValueError:
+        fits = False
+    if not fits:
+        T_q, T_k = target[-2:]
+        raise ValueError(
+            f"{name}: expected shape [T_q, T_k] = ({T_q}, {T_k}) (or broadcastable to "
+            f"scores {spec} = {target}), got {np.shape(x)}")
+
+
+def check_bool(mask: object, name: str) -> np.ndarray:
+    """Masks are boolean with True = forbidden; a 0/1 float or an additive -inf mask is not."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name}: expected a boolean array (True = forbidden), "
+                        f"got dtype {mask.dtype}")
+    return mask
+
+
+def check_mask(mask: object, target: tuple[int, ...], *, name: str = "mask") -> np.ndarray:
+    """A boolean mask that broadcasts to the scores [..., T_q, T_k] it will cover."""
+    mask = check_bool(mask, name)
+    check_broadcastable(mask, name, target)
+    return mask
+
+
+def check_leading(x: np.ndarray, name: str, spec: str, ref_shape: tuple[int, ...],
+                  ref_name: str, core: int = 2) -> None:
+    """The batch/head axes in front of the last ``core`` axes must broadcast with ``ref``'s."""
+    lead, ref_lead = np.shape(x)[:-core], tuple(ref_shape)[:-core]
+    try:
+        np.broadcast_shapes(lead, ref_lead)
+    except ValueError:
+        raise shape_error(name, spec, np.shape(x), note=f"with leading axes broadcastable to "
+                          f"{ref_name}'s {ref_lead}") from None
+
+
+def check_projection(W: np.ndarray, b: np.ndarray | None, names: tuple[str, str], spec: str,
+                     **sizes: int) -> dict[str, int]:
+    """A weight [in, out] and its optional bias [out], e.g. spec "[d, 3d]" checks b as [3d]."""
+    dims = check_shape(W, names[0], spec, **sizes)
+    if b is not None:
+        out_spec = "[" + spec.strip("[]").split(",")[-1].strip() + "]"
+        check_shape(b, names[1], out_spec, **dims)
+    return dims
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """A count such as h, T or d: a true integer (not a bool, not 2.0) and at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_divisible(name: str, d: int, h: int) -> None:
+    """Heads split the width evenly, so d must be a multiple of h."""
+    if d % h:
+        raise ValueError(f"{name}: d={d} is not divisible by h={h} heads")
+
+
+def check_ids(ids: object, V: int, ctx: int | None = None, *, name: str = "ids") -> np.ndarray:
+    """Token ids: integers in [0, V), shape [T] or [B, T], with 1 <= T (<= ctx if given).
+
+    Shapes: ids [T] or [B, T]
+    """
+    ids = np.asarray(ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"{name}: expected integers in [0, V) = [0, {V}), "
+                        f"got dtype {ids.dtype}")
+    if ids.ndim not in (1, 2):
+        raise ValueError(f"{name}: expected shape [T] or [B, T], got {ids.shape}")
+    T = ids.shape[-1]
+    if T < 1 or ids.size == 0:
+        raise ValueError(f"{name}: expected shape [T] or [B, T] with T >= 1, got {ids.shape}")
+    if ids.min() < 0:
+        raise ValueError(f"{name}: expected integers in [0, V) = [0, {V}), got min {ids.min()}")
+    if ids.max() >= V:
+        raise ValueError(f"{name}: expected integers in [0, V) = [0, {V}), got max {ids.max()}")
+    if ctx is not None and T > ctx:
+        raise ValueError(f"{name}: T={T} exceeds ctx={ctx}")
+    return ids
+
+
+def check_keys(given: Iterable[str], name: str, required: Iterable[str],
+               optional: Iterable[str] = ()) -> None:
+    """A weight dict must hold every required key and nothing unexpected (a typo is loud)."""
+    given, required = set(given), list(required)
+    expected = [*required, *optional]
+    listed = ", ".join(expected[:14]) + (f", ... ({len(expected)} in all)"
+                                         if len(expected) > 14 else "")
+    missing = [k for k in required if k not in given]
+    if missing:
+        raise ValueError(f"{name}: missing key {missing[0]!r} (expected keys: {listed})")
+    unknown = sorted(given - set(expected))
+    if unknown:
+        raise ValueError(f"{name}: unknown key {unknown[0]!r} (expected keys: {listed})")

@@ -1,0 +1,80 @@
+"""Boolean masks for attention (chapter 3): True means "this query may not see this key".
+
+Masks are kept boolean and applied once, inside :func:`anatomy.attention.attention`, which
+turns True into a score of -inf and hence a weight of exactly 0.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import numpy as np
+
+from ._validate import check_bool, check_positive_int
+
+
+def causal_mask(T: int, T_k: int | None = None) -> np.ndarray:
+    """Forbid every query from seeing keys in its future: True strictly above the diagonal.
+
+    The objective p(x_1..x_T) = prod_t p(x_t | x_<t) forces this: to train all T positions in
+    one pass, position t may only see keys j <= t, or the token it must predict leaks in.
+
+    With ``T_k`` > ``T`` the T queries are the *last* T of T_k positions (new tokens attending
+    to a cache of earlier keys): query i sits at position T_k - T + i.
+
+    Shapes: -> [T, T]  (or [T, T_k] when T_k is given)
+    """
+    T = check_positive_int(T, "T")
+    T_k = T if T_k is None else check_positive_int(T_k, "T_k")
+    if T_k < T:
+        raise ValueError(f"T_k: expected T_k >= T = {T} (the queries are the last T of the "
+                         f"T_k keys), got {T_k}")
+    return np.triu(np.ones((T, T_k), dtype=bool), k=1 + T_k - T)      # [T, T_k]
+
+
+def padding_mask(lengths: np.ndarray, T: int) -> np.ndarray:
+    """Forbid every query from seeing the padding keys of its own sequence.
+
+    Sequence b holds ``lengths[b]`` real tokens followed by padding; key positions
+    ``>= lengths[b]`` are True. The query axis has size 1, so the mask broadcasts over all
+    queries and against single-head scores [B, T_q, T_k]. For per-head scores
+    [B, h, T_q, T_k] add the head axis, ``mask[:, None]`` -> [B, 1, 1, T_k];
+    :func:`anatomy.heads.multi_head_attention` does that itself.
+
+    Queries at padding positions are not masked: they produce outputs nobody reads (the loss
+    ignores them). A sequence of length 0 masks every key, and its rows of weights are all 0.
+
+    Shapes: lengths [B] -> mask [B, 1, T]
+    """
+    T = check_positive_int(T, "T")
+    lengths = np.asarray(lengths)
+    if not np.issubdtype(lengths.dtype, np.integer):
+        raise TypeError(f"lengths: expected integers in [0, T] = [0, {T}], "
+                        f"got dtype {lengths.dtype}")
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths: expected shape [B], got {lengths.shape}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > T):
+        raise ValueError(f"lengths: expected integers in [0, T] = [0, {T}], "
+                         f"got {lengths.tolist()}")
+    is_pad = np.arange(T) >= lengths[:, None]          # [T] vs [B, 1] -> [B, T]
+    return is_pad[:, None, :]                          # [B, T] -> [B, 1, T]
+
+
+def combine_masks(*masks: np.ndarray) -> np.ndarray:
+    """Forbid a key if any mask forbids it: logical OR, broadcasting the shapes together.
+
+    ``combine_masks(causal_mask(T), padding_mask(lengths, T))`` gives [B, T, T]: each query
+    sees its past, and none of its sequence's padding.
+
+    Shapes: each mask [T_q, T_k] or broadcastable to [..., T_q, T_k] -> [..., T_q, T_k]
+    """
+    if not masks:
+        raise ValueError("masks: expected at least one mask, got none")
+    arrays = [check_bool(m, f"masks[{i}]") for i, m in enumerate(masks)]
+    try:
+        np.broadcast_shapes(*(a.shape for a in arrays))
+    except ValueError:
+        shapes = ", ".join(str(a.shape) for a in arrays)
+        raise ValueError(f"masks: expected shapes broadcastable to [..., T_q, T_k], got "
+                         f"{shapes}, which do not broadcast together") from None
+    return reduce(np.logical_or, arrays)               # -> broadcast shape [..., T_q, T_k]

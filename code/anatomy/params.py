@@ -1,0 +1,177 @@
+"""The model's configuration and its one shape table (chapter 7).
+
+:func:`param_shapes` lists every parameter of the GPT by name, in order. That single table
+initialises the tiny models of the book (:func:`init_params`), checks weights handed to the
+forward pass (:func:`check_params`) and counts GPT-2 small to the digit
+(:func:`count_params`, :func:`count_breakdown`), so a hand count is always checked by code.
+
+Weights are stored [in, out], so every projection is ``x @ W``. The token table doubles as
+the output head (tied weights): logits = x @ tok_emb^T.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validate import check_divisible, check_keys, check_positive_int, check_shape, resolve
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The sizes of a GPT, in the book's letters.
+
+    V vocabulary size, ctx maximum context, d model width, L blocks, h heads per block,
+    d_ff MLP width (``None`` means the usual 4d), tied: whether the output head reuses the
+    token table (True for GPT-2; False adds a separate head of V x d parameters).
+    Impossible shapes are rejected when the config is made, not deep inside a forward pass.
+    """
+
+    V: int
+    ctx: int
+    d: int
+    L: int
+    h: int
+    d_ff: int | None = None
+    tied: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("V", "ctx", "d", "L", "h"):
+            check_positive_int(getattr(self, name), f"cfg.{name}")
+        if self.d_ff is None:
+            # Frozen dataclass: fill in the default through object.__setattr__, once.
+            object.__setattr__(self, "d_ff", 4 * self.d)
+        check_positive_int(self.d_ff, "cfg.d_ff")
+        check_divisible("cfg", self.d, self.h)
+        if not isinstance(self.tied, bool):
+            raise ValueError(f"cfg.tied: expected True or False, got {self.tied!r}")
+
+    @property
+    def d_head(self) -> int:
+        """Width of one head, d / h."""
+        return self.d // self.h
+
+
+GPT2_SMALL = GPTConfig(V=50257, ctx=1024, d=768, L=12, h=12, d_ff=3072)
+TOY = GPTConfig(V=65, ctx=64, d=64, L=2, h=4, d_ff=256)
+BABY_GPT = GPTConfig(V=65, ctx=256, d=384, L=6, h=6, d_ff=1536)
+
+# The shape table in the book's letters. Order matters: it is the order of initialisation.
+_EMBEDDING_SPECS = {"tok_emb": "[V, d]", "pos_emb": "[ctx, d]"}
+_BLOCK_SPECS = {
+    "ln1_g": "[d]", "ln1_b": "[d]",
+    "W_qkv": "[d, 3d]", "b_qkv": "[3d]",
+    "W_o": "[d, d]", "b_o": "[d]",
+    "ln2_g": "[d]", "ln2_b": "[d]",
+    "W_1": "[d, d_ff]", "b_1": "[d_ff]",
+    "W_2": "[d_ff, d]", "b_2": "[d]",
+}
+_FINAL_SPECS = {"lnf_g": "[d]", "lnf_b": "[d]"}
+_HEAD_SPECS = {"head": "[V, d]"}     # only when untied; stored like tok_emb
+
+
+def param_specs(cfg: GPTConfig) -> dict[str, str]:
+    """Every parameter's name and its shape in letters, e.g. "blocks.0.W_qkv": "[d, 3d]"."""
+    specs = dict(_EMBEDDING_SPECS)
+    for i in range(cfg.L):
+        specs.update({f"blocks.{i}.{name}": spec for name, spec in _BLOCK_SPECS.items()})
+    specs.update(_FINAL_SPECS)
+    if not cfg.tied:
+        specs.update(_HEAD_SPECS)
+    return specs
+
+
+def _sizes(cfg: GPTConfig) -> dict[str, int]:
+    return {"V": cfg.V, "ctx": cfg.ctx, "d": cfg.d, "d_ff": cfg.d_ff}
+
+
+def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """THE shape table: every parameter's flat name and shape, in order.
+
+    tok_emb (V, d), pos_emb (ctx, d); per block i: blocks.{i}.ln1_g, ln1_b (d,), W_qkv (d, 3d),
+    b_qkv (3d,), W_o (d, d), b_o (d,), ln2_g, ln2_b (d,), W_1 (d, d_ff), b_1 (d_ff,),
+    W_2 (d_ff, d), b_2 (d,); then lnf_g, lnf_b (d,); and head (V, d) only if untied.
+    """
+    sizes = _sizes(cfg)
+    return {name: resolve(spec, **sizes) for name, spec in param_specs(cfg).items()}
+
+
+def count_params(cfg: GPTConfig) -> int:
+    """Total number of parameters, summed over the shape table."""
+    return sum(math.prod(shape) for shape in param_shapes(cfg).values())
+
+
+def count_breakdown(cfg: GPTConfig) -> dict[str, int]:
+    """The rows of chapter 7's count, each summed from the shape table.
+
+    Keys: "attention per block", "MLP per block", "LayerNorms per block", "one block",
+    "all blocks", "token embedding", "position embedding", "final LayerNorm",
+    "untied head" (only if untied) and "total".
+    """
+    size = {name: math.prod(shape) for name, shape in param_shapes(cfg).items()}
+    one = {name: size[f"blocks.0.{name}"] for name in _BLOCK_SPECS}
+    rows = {
+        "attention per block": one["W_qkv"] + one["b_qkv"] + one["W_o"] + one["b_o"],
+        "MLP per block": one["W_1"] + one["b_1"] + one["W_2"] + one["b_2"],
+        "LayerNorms per block": one["ln1_g"] + one["ln1_b"] + one["ln2_g"] + one["ln2_b"],
+        "one block": sum(one.values()),
+        "all blocks": sum(n for name, n in size.items() if name.startswith("blocks.")),
+        "token embedding": size["tok_emb"],
+        "position embedding": size["pos_emb"],
+        "final LayerNorm": size["lnf_g"] + size["lnf_b"],
+    }
+    if not cfg.tied:
+        rows["untied head"] = size["head"]
+    rows["total"] = sum(size.values())
+    return rows
+
+
+def init_params(cfg: GPTConfig, rng: np.random.Generator | int,
+                dtype: np.dtype | type = np.float64) -> dict[str, np.ndarray]:
+    """Random weights in the GPT-2 style, drawn in shape-table order.
+
+    Matrices and embeddings ~ N(0, 0.02^2); the two projections that write into the
+    residual stream (W_o and W_2) get std 0.02 / sqrt(2L), so the stream's variance does not
+    grow with depth (GPT-2 paper); biases 0; LayerNorm g = 1, b = 0. Draws are made in
+    float64 and then cast, so the same seed gives the same model in every dtype.
+
+    ``rng`` is a ``np.random.Generator`` (or a seed for one).
+    """
+    rng = np.random.default_rng(rng)
+    residual_std = 0.02 / math.sqrt(2 * cfg.L)
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        short = name.rsplit(".", 1)[-1]
+        if short in ("W_o", "W_2"):
+            value = rng.standard_normal(shape) * residual_std
+        elif short.startswith("W_") or short in ("tok_emb", "pos_emb", "head"):
+            value = rng.standard_normal(shape) * 0.02
+        elif short.endswith("_g"):
+            value = np.ones(shape)
+        else:                                        # biases and LayerNorm shifts
+            value = np.zeros(shape)
+        params[name] = value.astype(dtype)
+    return params
+
+
+def check_params(params: Mapping[str, np.ndarray], cfg: GPTConfig) -> None:
+    """Every name of the shape table present, nothing else, and every shape right."""
+    specs = param_specs(cfg)
+    check_keys(params, "params", specs)
+    sizes = _sizes(cfg)
+    for name, spec in specs.items():
+        check_shape(params[name], f"params[{name!r}]", spec, **sizes)
+
+
+def block_params(params: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Block i's weights under their short names (``blocks.{i}.W_qkv`` -> ``W_qkv``)."""
+    prefix = f"blocks.{i}."
+    p = {name[len(prefix):]: value for name, value in params.items()
+         if name.startswith(prefix)}
+    if not p:
+        L = len({name.split(".")[1] for name in params if name.startswith("blocks.")})
+        raise ValueError(f"i: expected a block index in [0, L) = [0, {L}), got {i!r}")
+    return p

@@ -1,0 +1,225 @@
+"""anatomy.heads: the chapter 4 worked example, the no-loop implementation against a loop over
+heads, and parity with torch.nn.MultiheadAttention (float64 within 1e-12, float32 within 1e-5).
+"""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from anatomy.attention import attention
+from anatomy.heads import (
+    cached_multi_head_attention,
+    cross_attention,
+    grouped_query_attention,
+    merge_heads,
+    multi_head_attention,
+    split_heads,
+)
+from anatomy.masks import causal_mask, padding_mask
+
+
+def test_ch4_worked_example(legacy_draws):
+    X, W_qkv, W_o = legacy_draws(1, (4, 8), (8, 24), (8, 8))
+    W_qkv, W_o = W_qkv / np.sqrt(8), W_o / np.sqrt(8)
+    out, weights = multi_head_attention(X, W_qkv, W_o, h=2)
+    q = split_heads(np.split(X @ W_qkv, 3, axis=-1)[0], 2)
+    assert q.shape == (2, 4, 4) and weights.shape == (2, 4, 4) and out.shape == (4, 8)
+    np.testing.assert_array_equal(np.round(weights[0, -1], 2), [0.27, 0.18, 0.26, 0.28])
+    np.testing.assert_array_equal(np.round(weights[1, -1], 2), [0.21, 0.23, 0.36, 0.20])
+
+
+def test_split_heads_gives_each_head_its_columns_and_merge_undoes_it():
+    x = np.arange(2 * 3 * 8, dtype=float).reshape(2, 3, 8)       # [B, T, d]
+    heads = split_heads(x, 4)
+    assert heads.shape == (2, 4, 3, 2)                             # [B, h, T, d_head]
+    for j in range(4):
+        np.testing.assert_array_equal(heads[:, j], x[..., 2 * j:2 * j + 2])
+    np.testing.assert_array_equal(merge_heads(heads), x)
+
+
+def _weights(d, rng, dtype=np.float64):
+    """W_qkv [d, 3d], b_qkv [3d], W_o [d, d], b_o [d]."""
+    shapes = ((d, 3 * d), (3 * d,), (d, d), (d,))
+    return [rng.standard_normal(s).astype(dtype) * 0.5 for s in shapes]
+
+
+def test_equals_a_loop_over_heads():
+    rng = np.random.default_rng(0)
+    d, h, T = 12, 3, 5
+    x = rng.standard_normal((T, d))
+    W_qkv, b_qkv, W_o, b_o = _weights(d, rng)
+    out, weights = multi_head_attention(x, W_qkv, W_o, h, b_qkv, b_o)
+    q, k, v = np.split(x @ W_qkv + b_qkv, 3, axis=-1)
+    outs = []
+    for j in range(h):
+        cols = slice(j * d // h, (j + 1) * d // h)
+        o, w = attention(q[:, cols], k[:, cols], v[:, cols], causal_mask(T))
+        np.testing.assert_allclose(weights[j], w, atol=1e-12)
+        outs.append(o)
+    np.testing.assert_allclose(out, np.concatenate(outs, axis=-1) @ W_o + b_o, atol=1e-12)
+
+
+def test_batched_equals_each_sequence():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 6, 8))
+    W_qkv, b_qkv, W_o, b_o = _weights(8, rng)
+    out, weights = multi_head_attention(x, W_qkv, W_o, 2, b_qkv, b_o)
+    assert out.shape == (3, 6, 8) and weights.shape == (3, 2, 6, 6)
+    for b in range(3):
+        o, w = multi_head_attention(x[b], W_qkv, W_o, 2, b_qkv, b_o)
+        np.testing.assert_allclose(out[b], o, atol=1e-12)
+        np.testing.assert_allclose(weights[b], w, atol=1e-12)
+
+
+def _torch_mha(W_qkv, b_qkv, W_o, b_o, h, dtype):
+    d = W_o.shape[0]
+    mha = nn.MultiheadAttention(d, h, batch_first=True, dtype=dtype)
+    with torch.no_grad():
+        # torch keeps weights [out, in] and applies x @ W.T: the transposes of ours.
+        mha.in_proj_weight.copy_(torch.from_numpy(W_qkv.T.copy()))
+        mha.in_proj_bias.copy_(torch.from_numpy(b_qkv))
+        mha.out_proj.weight.copy_(torch.from_numpy(W_o.T.copy()))
+        mha.out_proj.bias.copy_(torch.from_numpy(b_o))
+    return mha.eval()
+
+
+@pytest.mark.parametrize("dtype, tdtype, tol", [(np.float64, torch.float64, 1e-12),
+                                                (np.float32, torch.float32, 1e-5)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_matches_torch_multihead_attention(dtype, tdtype, tol, causal):
+    rng = np.random.default_rng(2)
+    d, h, T = 16, 4, 7
+    x = rng.standard_normal((2, T, d)).astype(dtype)
+    W_qkv, b_qkv, W_o, b_o = _weights(d, rng, dtype)
+    out, weights = multi_head_attention(x, W_qkv, W_o, h, b_qkv, b_o, causal=causal)
+    mha = _torch_mha(W_qkv, b_qkv, W_o, b_o, h, tdtype)
+    tx = torch.from_numpy(x)
+    # nn.MultiheadAttention's boolean attn_mask means True = NOT allowed, like ours (unlike SDPA).
+    mask = torch.from_numpy(causal_mask(T)) if causal else None
+    with torch.no_grad():
+        ref, ref_w = mha(tx, tx, tx, attn_mask=mask, average_attn_weights=False)
+        _, ref_avg = mha(tx, tx, tx, attn_mask=mask, average_attn_weights=True)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, ref.numpy(), atol=tol, rtol=0)
+    np.testing.assert_allclose(weights, ref_w.numpy(), atol=tol, rtol=0)
+    np.testing.assert_allclose(weights.mean(axis=1), ref_avg.numpy(), atol=tol, rtol=0)
+
+
+def test_padding_mask_matches_torch_key_padding_mask():
+    rng = np.random.default_rng(3)
+    d, h, T, lengths = 8, 2, 5, np.array([5, 2])
+    x = rng.standard_normal((2, T, d))
+    W_qkv, b_qkv, W_o, b_o = _weights(d, rng)
+    out, _ = multi_head_attention(x, W_qkv, W_o, h, b_qkv, b_o, causal=False,
+                                  mask=padding_mask(lengths, T))
+    mha = _torch_mha(W_qkv, b_qkv, W_o, b_o, h, torch.float64)
+    tx = torch.from_numpy(x)
+    key_padding = torch.from_numpy(np.arange(T)[None, :] >= lengths[:, None])   # True = ignore
+    with torch.no_grad():
+        ref, _ = mha(tx, tx, tx, key_padding_mask=key_padding)
+    np.testing.assert_allclose(out, ref.numpy(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("d_kv", [8, 6])
+def test_cross_attention_matches_torch(d_kv):
+    rng = np.random.default_rng(4)
+    d, h, T_q, T_k = 8, 2, 3, 5
+    x_q, x_kv = rng.standard_normal((2, T_q, d)), rng.standard_normal((2, T_k, d_kv))
+    W_q, W_kv, W_o = (rng.standard_normal(s) for s in ((d, d), (d_kv, 2 * d), (d, d)))
+    b_q, b_kv, b_o = (rng.standard_normal(s) for s in ((d,), (2 * d,), (d,)))
+    out, weights = cross_attention(x_q, x_kv, W_q, W_kv, W_o, h, b_q, b_kv, b_o)
+    assert out.shape == (2, T_q, d) and weights.shape == (2, h, T_q, T_k)
+    mha = nn.MultiheadAttention(d, h, batch_first=True, kdim=d_kv, vdim=d_kv,
+                                dtype=torch.float64)
+    with torch.no_grad():
+        if d_kv == d:                            # torch fuses Q, K, V only when widths agree
+            mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([W_q, W_kv], 1).T.copy()))
+        else:
+            mha.q_proj_weight.copy_(torch.from_numpy(W_q.T.copy()))
+            mha.k_proj_weight.copy_(torch.from_numpy(W_kv[:, :d].T.copy()))
+            mha.v_proj_weight.copy_(torch.from_numpy(W_kv[:, d:].T.copy()))
+        mha.in_proj_bias.copy_(torch.from_numpy(np.concatenate([b_q, b_kv])))
+        mha.out_proj.weight.copy_(torch.from_numpy(W_o.T.copy()))
+        mha.out_proj.bias.copy_(torch.from_numpy(b_o))
+        tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
+        ref, ref_w = mha.eval()(tq, tkv, tkv, average_attn_weights=False)
+    np.testing.assert_allclose(out, ref.numpy(), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(weights, ref_w.numpy(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("h_kv", [4, 2, 1])
+def test_grouped_query_attention_is_mha_with_shared_kv_heads(h_kv):
+    rng = np.random.default_rng(5)
+    d, h, T = 16, 4, 6
+    d_head, group = d // h, h // h_kv
+    x = rng.standard_normal((2, T, d))
+    W_q, W_o = rng.standard_normal((d, d)), rng.standard_normal((d, d))
+    W_kv = rng.standard_normal((d, 2 * h_kv * d_head))
+    out, weights = grouped_query_attention(x, W_q, W_kv, W_o, h, h_kv)
+    # The same model as ordinary MHA whose K and V columns repeat each shared head `group` times.
+    W_k, W_v = np.split(W_kv, 2, axis=1)
+    def widen(W):
+        return np.repeat(W.reshape(d, h_kv, d_head), group, axis=1).reshape(d, d)
+    W_qkv = np.concatenate([W_q, widen(W_k), widen(W_v)], axis=1)   # [d, 3d]
+    ref, ref_w = multi_head_attention(x, W_qkv, W_o, h)
+    np.testing.assert_allclose(out, ref, atol=1e-12)
+    np.testing.assert_allclose(weights, ref_w, atol=1e-12)
+
+
+def test_cached_attention_equals_the_last_rows_of_full_attention():
+    rng = np.random.default_rng(6)
+    d, h, T = 8, 2, 7
+    x = rng.standard_normal((2, T, d))
+    W_qkv, b_qkv, W_o, b_o = _weights(d, rng)
+    full, full_w = multi_head_attention(x, W_qkv, W_o, h, b_qkv, b_o)
+    first, _, cache = cached_multi_head_attention(x[:, :4], W_qkv, W_o, h, None, b_qkv, b_o)
+    rest, rest_w, cache = cached_multi_head_attention(x[:, 4:], W_qkv, W_o, h, cache,
+                                                      b_qkv, b_o)
+    assert cache[0].shape == cache[1].shape == (2, h, T, d // h)
+    assert rest_w.shape == (2, h, 3, T)
+    np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-12)
+    np.testing.assert_allclose(rest_w, full_w[:, :, 4:], atol=1e-12)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_fused_weight_of_wrong_shape_is_named():
+    with pytest.raises(ValueError, match=r"W_qkv: expected shape \[d, 3d\] = \(8, 24\), "
+                                         r"got \(8, 12\)"):
+        multi_head_attention(np.ones((4, 8)), np.ones((8, 12)), np.ones((8, 8)), 2)
+    with pytest.raises(ValueError, match=r"b_qkv: expected shape \[3d\] = \(24,\), got \(8,\)"):
+        multi_head_attention(np.ones((4, 8)), np.ones((8, 24)), np.ones((8, 8)), 2,
+                             b_qkv=np.ones(8))
+    with pytest.raises(ValueError, match=r"W_o: expected shape \[d, d\] = \(8, 8\), got \(8, 4\)"):
+        multi_head_attention(np.ones((4, 8)), np.ones((8, 24)), np.ones((8, 4)), 2)
+
+
+def test_width_must_divide_into_heads():
+    with pytest.raises(ValueError, match=r"x: d=10 is not divisible by h=3 heads"):
+        split_heads(np.ones((4, 10)), 3)
+    with pytest.raises(ValueError, match=r"x: d=10 is not divisible by h=3 heads"):
+        multi_head_attention(np.ones((4, 10)), np.ones((10, 30)), np.ones((10, 10)), 3)
+    with pytest.raises(ValueError, match=r"h: expected a positive integer, got 0"):
+        split_heads(np.ones((4, 8)), 0)
+    with pytest.raises(ValueError, match=r"h_kv: h=4 query heads do not split"):
+        grouped_query_attention(np.ones((2, 8)), np.ones((8, 8)), np.ones((8, 12)),
+                                np.ones((8, 8)), 4, 3)
+
+
+def test_input_rank_and_mask_shape_are_named():
+    with pytest.raises(ValueError, match=r"x: expected shape \[\.\.\., T, d\], got \(8,\)"):
+        multi_head_attention(np.ones(8), np.ones((8, 24)), np.ones((8, 8)), 2)
+    with pytest.raises(ValueError, match=r"x: expected shape \[\.\.\., h, T, d_head\], "
+                                         r"got \(4, 8\)"):
+        merge_heads(np.ones((4, 8)))
+    msg = (r"mask: expected shape \[T_q, T_k\] = \(4, 4\) \(or broadcastable to scores "
+           r"\[\.\.\., T_q, T_k\] = \(2, 4, 4\)\), got \(3, 1, 4\)")
+    with pytest.raises(ValueError, match=msg):
+        multi_head_attention(np.ones((2, 4, 8)), np.ones((8, 24)), np.ones((8, 8)), 2,
+                             mask=padding_mask(np.array([1, 2, 3]), 4))
+    with pytest.raises(ValueError, match=r"past\[0\]: expected shape \[\.\.\., h, T_past, d_head\] "
+                                         r"= \(\.\.\., 2, 3, 4\), got \(2, 3, 8\)"):
+        cached_multi_head_attention(np.ones((4, 8)), np.ones((8, 24)), np.ones((8, 8)), 2,
+                                    (np.ones((2, 3, 8)), np.ones((2, 3, 8))))

@@ -1,0 +1,135 @@
+"""anatomy.positions: chapter 5's hand example and table, RoPE's relative-position property,
+the learned table's hard limit, ALiBi's slopes, and their errors."""
+
+import numpy as np
+import pytest
+
+from anatomy.heads import multi_head_attention
+from anatomy.positions import alibi_bias, alibi_slopes, learned_positions, rope, sinusoidal
+
+
+def test_hand_example_d4_p1():
+    # Pair 0 spins at frequency 1, pair 1 at 1 / 10000^(2/4) = 0.01.
+    np.testing.assert_array_equal(np.round(sinusoidal(2, 4)[1], 4),
+                                  [0.8415, 0.5403, 0.0100, 1.0000])
+
+
+def test_ch5_table_first_rows():
+    pe = sinusoidal(50, 16)
+    assert pe.shape == (50, 16)
+    np.testing.assert_array_equal(np.round(pe[:3, :6], 2),
+                                  [[0.00, 1.00, 0.00, 1.00, 0.00, 1.00],
+                                   [0.84, 0.54, 0.31, 0.95, 0.10, 1.00],
+                                   [0.91, -0.42, 0.59, 0.81, 0.20, 0.98]])
+
+
+def test_ch5_dot_products_depend_only_on_the_gap():
+    pe = sinusoidal(50, 16)
+    dots = [round(float(pe[10] @ pe[m]), 2) for m in (10, 11, 12, 15, 30)]
+    assert dots == [8.00, 7.49, 6.37, 6.14, 5.78]
+    assert round(float(pe[30] @ pe[35]), 2) == 6.14
+    np.testing.assert_allclose(pe[30] @ pe[35], pe[10] @ pe[15], atol=1e-12)
+    # A hint, not a ruler: gap 5 scores lower than gap 2 but not monotonically with distance.
+    assert pe[10] @ pe[15] < pe[10] @ pe[12]
+
+
+def test_adding_positions_breaks_permutation_symmetry():
+    rng = np.random.default_rng(0)
+    T, d = 5, 8
+    x = rng.standard_normal((T, d))
+    W_qkv, W_o = rng.standard_normal((d, 3 * d)), rng.standard_normal((d, d))
+    perm = np.array([2, 1, 0, 3, 4])          # "nasi makan Ali ..." for "Ali makan nasi ..."
+    plain, _ = multi_head_attention(x, W_qkv, W_o, 2, causal=False)
+    shuffled, _ = multi_head_attention(x[perm], W_qkv, W_o, 2, causal=False)
+    np.testing.assert_allclose(shuffled, plain[perm], atol=1e-12)   # positions cannot be told
+    pe = sinusoidal(T, d)
+    with_pos, _ = multi_head_attention(x + pe, W_qkv, W_o, 2, causal=False)
+    shuffled_pos, _ = multi_head_attention(x[perm] + pe, W_qkv, W_o, 2, causal=False)
+    assert not np.allclose(shuffled_pos, with_pos[perm], atol=1e-6)
+
+
+# ---------------------------------------------------------------- RoPE
+
+
+def test_rope_scores_depend_only_on_the_offset():
+    rng = np.random.default_rng(1)
+    q, k = rng.standard_normal(16), rng.standard_normal(16)
+
+    def score(p, m):
+        return rope(q[None], np.array([p]))[0] @ rope(k[None], np.array([m]))[0]
+
+    for p, m in [(3, 1), (7, 2), (0, 9)]:
+        for shift in (1, 10, 250):
+            np.testing.assert_allclose(score(p + shift, m + shift), score(p, m), atol=1e-10)
+    assert not np.isclose(score(3, 1), score(3, 2))
+
+
+def test_rope_preserves_norms_and_leaves_position_zero_alone():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 6, 8))                  # [B, h, T, d_head]
+    y = rope(x)
+    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1),
+                               atol=1e-12)
+    np.testing.assert_allclose(y[..., 0, :], x[..., 0, :], atol=1e-15)
+
+
+def test_rope_is_complex_multiplication_of_feature_pairs():
+    # An independent formulation: pair (x_2i, x_2i+1) as x_2i + i x_2i+1, times e^(i p theta_i).
+    rng = np.random.default_rng(3)
+    x, positions = rng.standard_normal((5, 8)), np.array([0, 1, 4, 9, 30])
+    theta = 500.0 ** (-np.arange(4) * 2 / 8)               # base 500: the argument is used
+    z = (x[:, 0::2] + 1j * x[:, 1::2]) * np.exp(1j * positions[:, None] * theta)
+    y = rope(x, positions, base=500.0)
+    np.testing.assert_allclose(y[:, 0::2], z.real, atol=1e-12)
+    np.testing.assert_allclose(y[:, 1::2], z.imag, atol=1e-12)
+
+
+def test_rope_keeps_float32():
+    assert rope(np.ones((3, 4), dtype=np.float32)).dtype == np.float32
+
+
+# ---------------------------------------------------------------- learned table and ALiBi
+
+
+def test_learned_positions_are_rows_of_the_table():
+    table = np.arange(64 * 4, dtype=float).reshape(64, 4)
+    np.testing.assert_array_equal(learned_positions(table, 5), table[:5])
+    np.testing.assert_array_equal(learned_positions(table, 3, start=61), table[61:])
+
+
+def test_alibi_slopes_and_bias():
+    np.testing.assert_allclose(alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+    # Not a power of two: the 4-head slopes, then every other 8-head slope.
+    np.testing.assert_allclose(alibi_slopes(6), 2.0 ** -np.array([2, 4, 6, 8, 1, 3]))
+    bias = alibi_bias(4, 2)
+    assert bias.shape == (2, 4, 4)
+    np.testing.assert_allclose(bias[0], -0.0625 * np.array([[0, 0, 0, 0],
+                                                            [1, 0, 0, 0],
+                                                            [2, 1, 0, 0],
+                                                            [3, 2, 1, 0]]))
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_odd_widths_are_rejected():
+    with pytest.raises(ValueError, match=r"d: expected an even width .* got d=15"):
+        sinusoidal(10, 15)
+    with pytest.raises(ValueError, match=r"x: expected shape \[\.\.\., T, d\] with d even "
+                                         r"\(features rotate in pairs\), got \(2, 5, 7\)"):
+        rope(np.ones((2, 5, 7)))
+
+
+def test_rope_positions_must_match_T():
+    with pytest.raises(ValueError, match=r"positions: expected shape \[T\] = \(5,\), got \(4,\)"):
+        rope(np.ones((5, 4)), np.arange(4))
+
+
+def test_learned_table_has_nothing_past_ctx():
+    table = np.zeros((64, 8))
+    with pytest.raises(ValueError, match=r"T: T=80 exceeds ctx=64"):
+        learned_positions(table, 80)
+    with pytest.raises(ValueError, match=r"start: positions 60\.\.67 exceed ctx=64"):
+        learned_positions(table, 8, start=60)
+    with pytest.raises(ValueError, match=r"pos_emb: expected shape \[ctx, d\], got \(64,\)"):
+        learned_positions(np.zeros(64), 8)
