@@ -8,6 +8,8 @@ this is the only sanctioned way to change them. Each chapter's execution time is
 from __future__ import annotations
 
 import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -30,15 +32,20 @@ def record(path: Path) -> float:
     return seconds
 
 
+def machine() -> str:
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}, Python {platform.python_version()})"
+
+
 def main(paths: list[str]) -> int:
-    runtimes = json.loads(RUNTIMES.read_text()) if RUNTIMES.exists() else {}
+    seconds = json.loads(RUNTIMES.read_text())["seconds"] if RUNTIMES.exists() else {}
     for name in paths:
         path = Path(name)
-        seconds = record(path)
-        runtimes[path.stem] = round(seconds, 1)
-        print(f"recorded {path} in {seconds:.1f} s")
+        took = record(path)
+        seconds[path.stem] = round(took, 1)
+        print(f"recorded {path} in {took:.1f} s")
     RUNTIMES.parent.mkdir(exist_ok=True)
-    RUNTIMES.write_text(json.dumps(dict(sorted(runtimes.items())), indent=2) + "\n")
+    data = {"machine": machine(), "seconds": dict(sorted(seconds.items()))}
+    RUNTIMES.write_text(json.dumps(data, indent=2) + "\n")
     return 0
 
 

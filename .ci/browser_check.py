@@ -1,0 +1,164 @@
+"""Open the built book in headless Chromium and check what a reader would see (make browser-check).
+
+For every page in the table of contents: it loads, its images are not broken, and its math is
+typeset by MathJax (served from the book itself, so this works offline). The left navigation
+lists every chapter; every chapter page has an "Open in Colab" link to its own notebook and at
+least one figure (the static lab figure); a folded answer opens on a click. Screenshots go to
+_build/browser/.
+
+Exit codes: 0 all checks passed, 1 a check failed, 3 no Chromium here (make decides whether
+that is a skip or, in CI, a failure).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "browser"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+
+def toc_pages() -> list[str]:
+    text = (ROOT / "_toc.yml").read_text()
+    root = re.search(r"^root:\s*(\S+)", text, re.MULTILINE).group(1)
+    return [root, *re.findall(r"file:\s*(\S+)", text)]
+
+
+def serve(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1280,1600"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+def wait_for(driver, script: str, timeout: float = 20.0) -> bool:
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script))
+        return True
+    except TimeoutException:
+        return False
+
+
+BROKEN_IMAGES = """return Array.from(document.images)
+    .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'));"""
+HAS_MATH = "return document.querySelectorAll('.math, span.math, div.math').length;"
+MATH_DONE = ("return document.querySelectorAll('mjx-container').length > 0 && "
+             "document.querySelectorAll('mjx-merror').length === 0;")
+
+
+def check_page(driver, base: str, page: str, problems: list[str]) -> None:
+    driver.get(f"{base}/{page}.html")
+    if not wait_for(driver, "return document.readyState === 'complete';"):
+        problems.append(f"{page}: did not finish loading")
+        return
+    if "404" in driver.title or not driver.find_elements("css selector", "h1"):
+        problems.append(f"{page}: no page (title {driver.title!r})")
+    broken = driver.execute_script(BROKEN_IMAGES)
+    if broken:
+        problems.append(f"{page}: broken images {broken}")
+    if driver.execute_script(HAS_MATH) and not wait_for(driver, MATH_DONE):
+        problems.append(f"{page}: math is not typeset by MathJax")
+
+
+def check_chapter(driver, base: str, page: str, chapters: list[str], problems: list[str]):
+    driver.get(f"{base}/{page}.html")
+    wait_for(driver, "return document.readyState === 'complete';")
+    nav = {a.get_attribute("href").split("#")[0].removeprefix(base + "/").removesuffix(".html")
+           for a in driver.find_elements("css selector", ".bd-sidebar-primary a[href]")}
+    missing = [c for c in chapters if c not in nav]
+    if missing:
+        problems.append(f"{page}: the left navigation does not list {missing}")
+    colab = [a.get_attribute("href") for a in driver.find_elements("css selector", "a[href]")
+             if "colab.research.google.com" in (a.get_attribute("href") or "")]
+    if not any(href.endswith(f"/{page}.ipynb") for href in colab):
+        problems.append(f"{page}: no Open-in-Colab link to {page}.ipynb (found {colab})")
+    figures = driver.execute_script(
+        "return document.querySelectorAll('.cell_output img').length;")
+    if not figures:
+        problems.append(f"{page}: no figure in the cell outputs (the static lab figure?)")
+
+
+def check_folded_answer(driver, base: str, page: str, problems: list[str]) -> None:
+    """Click the last folded block (an interview answer) and see that it opens."""
+    import time
+
+    driver.get(f"{base}/{page}.html")
+    wait_for(driver, MATH_DONE)
+    folded = driver.find_elements("css selector", "details:not([open]) > summary")
+    if not folded:
+        problems.append(f"{page}: no folded answer or solution found")
+        return
+    summary = folded[-1]
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", summary)
+    summary.click()
+    time.sleep(0.5)  # let the page settle before the screenshot
+    details = summary.find_element("xpath", "..")
+    if details.get_attribute("open") is None:
+        problems.append(f"{page}: a folded answer did not open on click")
+    driver.save_screenshot(str(SHOTS / f"{page.replace('/', '_')}_answer_open.png"))
+
+
+def main() -> int:
+    if not (CHROMIUM and DRIVER):
+        print("browser-check: Chromium or chromedriver is not installed "
+              "(apt-get install chromium chromium-driver)")
+        return 3
+    if not (HTML / "index.html").exists():
+        print("browser-check: no built book in _build/html (run make book first)")
+        return 1
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pages = toc_pages()
+    chapters = [p for p in pages if p.startswith("chapters/")]
+    server, base = serve(HTML)
+    driver = browser()
+    problems: list[str] = []
+    try:
+        for page in pages:
+            check_page(driver, base, page, problems)
+            driver.save_screenshot(str(SHOTS / f"{page.replace('/', '_')}.png"))
+        for page in chapters:
+            check_chapter(driver, base, page, chapters, problems)
+        if chapters:
+            check_folded_answer(driver, base, chapters[0], problems)
+    finally:
+        driver.quit()
+        server.shutdown()
+    for problem in problems:
+        print(f"browser-check: {problem}")
+    print(f"browser-check: {len(pages)} pages, {len(chapters)} chapters, "
+          f"{len(problems)} problems; screenshots in _build/browser/")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
