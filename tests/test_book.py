@@ -84,3 +84,26 @@ def test_chapter_has_the_house_sections(chapter):
     ours = [ex for ch, ex in checks if int(ch) == number]
     assert sum(ex.isdigit() for ex in ours) >= 2 and any(not ex.isdigit() for ex in ours), (
         "a chapter needs at least two checked exercises and one challenge")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_cites_a_source_and_links_glossary_terms(chapter):
+    text = "\n".join("".join(c["source"]) for c in _load(chapter)["cells"]
+                     if c["cell_type"] == "markdown")
+    keys = set(re.findall(r"^@\w+\{(\w+),", (ROOT / "references.bib").read_text(), re.M))
+    cited = set(re.findall(r"\{cite[pt]?\}`([^`]+)`", text))
+    assert cited and all(k.strip() in keys for c in cited for k in c.split(",")), cited
+    glossary = (ROOT / "glossary.md").read_text().lower()
+    terms = re.findall(r"\{term\}`(?:[^`<]*<)?([^`>]+)>?`", text)
+    assert len(set(terms)) >= 3, f"only {len(set(terms))} glossary terms linked"
+    for term in terms:
+        assert f"\n{term.lower()}\n" in glossary, f"{term!r} is not in the glossary"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_solutions_are_folded_and_labelled(chapter):
+    solutions = [c for c in _code_cells(chapter) if "solution" in c["metadata"].get("tags", [])]
+    assert solutions, "no folded solution cells"
+    for cell in solutions:
+        assert "hide-cell" in cell["metadata"]["tags"]
+        assert cell["metadata"].get("mystnb", {}).get("code_prompt_show") == "Show the solution"
