@@ -1,11 +1,22 @@
-"""anatomy.masks: the chapter 3 worked example, padding and combined masks, and their errors."""
+"""anatomy.masks (and chapter 3's figures): the worked example, the last-token experiment,
+padding and combined masks, fully masked rows, and their errors."""
 
 import numpy as np
 import pytest
 
-from anatomy.attention import attention
+from anatomy.attention import attention, softmax
+from anatomy.examples import ali_makan
+from anatomy.gpt_numpy import forward
 from anatomy.heads import multi_head_attention
-from anatomy.masks import causal_mask, combine_masks, padding_mask
+from anatomy.masks import (
+    causal_mask,
+    causal_padding_mask,
+    combine_masks,
+    padded_attention,
+    padding_mask,
+)
+from anatomy.params import TOY, init_params
+from anatomy.viz.masks import batch_weights, draw_batch, draw_masked_weights
 
 
 def test_causal_mask_is_the_strict_upper_triangle():
@@ -122,3 +133,145 @@ def test_causal_mask_rejects_bad_sizes():
         causal_mask(0)
     with pytest.raises(ValueError, match=r"T_k: expected T_k >= T = 4"):
         causal_mask(4, T_k=2)
+
+
+# ---------------------------------------------------------------- chapter 3: the rest of it
+
+
+def test_ch3_nasi_row_renormalises(ch1_qkv):
+    # The syllabus's call-out: 0.09 0.17 0.59 0.15 unmasked -> 0.11 0.20 0.69 masked, because
+    # the three visible keys held 0.85 of the row and are divided by that share.
+    q, k, v = ch1_qkv
+    _, unmasked = attention(q, k, v)
+    _, masked = attention(q, k, v, causal_mask(4))
+    np.testing.assert_array_equal(np.round(unmasked[2], 2), [0.09, 0.17, 0.59, 0.15])
+    assert round(unmasked[2, :3].sum(), 2) == 0.85
+    np.testing.assert_array_equal(np.round(masked[2, :3], 2), [0.11, 0.20, 0.69])
+    np.testing.assert_array_equal(masked[3], unmasked[3])
+
+
+def test_changing_the_last_token_changes_only_the_last_attention_row():
+    ex = ali_makan(seed=0)
+    X = ex["X"]
+    X_new = X.copy()
+    X_new[3] = np.random.default_rng(1).standard_normal(X.shape[1])
+
+    def outputs(x, mask):
+        return attention(x @ ex["W_q"], x @ ex["W_k"], x @ ex["W_v"], mask)[0]   # [T, d_k]
+
+    change = np.abs(outputs(X_new, causal_mask(4)) - outputs(X, causal_mask(4))).max(axis=-1)
+    np.testing.assert_array_equal(change[:3], 0.0)
+    assert change[3] > 0.1
+    unmasked = np.abs(outputs(X_new, None) - outputs(X, None)).max(axis=-1)
+    assert (unmasked > 1e-3).all()          # without the mask the new token reaches every row
+
+
+def test_changing_the_last_token_leaves_earlier_logits_bit_identical():
+    params = init_params(TOY, rng=0)
+    ids = np.random.default_rng(0).integers(0, TOY.V, size=8)
+    ids_new = ids.copy()
+    ids_new[-1] = (ids[-1] + 1) % TOY.V
+    logits, logits_new = forward(params, ids, TOY), forward(params, ids_new, TOY)
+    assert logits.shape == (8, TOY.V)
+    np.testing.assert_array_equal(logits[:-1], logits_new[:-1])
+    assert np.abs(logits[-1] - logits_new[-1]).max() > 0.1
+
+
+def test_causal_padding_mask_is_causal_or_padding():
+    lengths, T = np.array([4, 2, 0]), 4
+    m = causal_padding_mask(lengths, T)
+    assert m.dtype == np.bool_ and m.shape == (3, T, T)
+    np.testing.assert_array_equal(m, combine_masks(causal_mask(T), padding_mask(lengths, T)))
+    np.testing.assert_array_equal(m[1].astype(int), [[0, 1, 1, 1],
+                                                     [0, 0, 1, 1],
+                                                     [0, 0, 1, 1],
+                                                     [0, 0, 1, 1]])
+    assert m[2].all()                                     # length 0: every key is padding
+    np.testing.assert_array_equal(causal_padding_mask(np.array([1]), 1), [[[False]]])
+
+
+def test_padded_attention_matches_each_sequence_alone_and_never_nans():
+    rng = np.random.default_rng(4)
+    q, k = rng.standard_normal((2, 3, 5, 4))
+    v = rng.standard_normal((3, 5, 6))
+    lengths = np.array([5, 3, 0])
+    out, weights = padded_attention(q, k, v, lengths)
+    assert out.shape == (3, 5, 6) and weights.shape == (3, 5, 5)
+    assert np.isfinite(out).all() and np.isfinite(weights).all()
+    for b, n in enumerate(lengths[:2]):
+        alone, _ = attention(q[b, :n], k[b, :n], v[b, :n], causal_mask(int(n)))
+        np.testing.assert_allclose(out[b, :n], alone, atol=1e-12)
+    np.testing.assert_array_equal(weights[2], 0.0)        # an all-padding sequence
+    np.testing.assert_array_equal(out[2], 0.0)
+    _, both_ways = padded_attention(q, k, v, lengths, causal=False)
+    assert (both_ways[0, 0] > 0).all()                    # no causal mask: sees every key
+    np.testing.assert_array_equal(both_ways[1, :, 3:], 0.0)
+
+
+def test_padding_queries_masked_too_give_zero_rows_not_nan():
+    # The chapter's "row with nothing to see": OR-ing in the padding mask on its side hides
+    # padding queries; their rows are all-zero weights and zero outputs.
+    rng = np.random.default_rng(0)
+    lengths, T = np.array([4, 2, 3]), 4
+    q, k, v = rng.standard_normal((3, 3, T, 4))
+    pad = padding_mask(lengths, T)
+    strict = combine_masks(causal_mask(T), pad, np.swapaxes(pad, -1, -2))
+    out, weights = attention(q, k, v, strict)
+    np.testing.assert_array_equal(strict.all(axis=-1).sum(axis=-1), [0, 2, 1])
+    np.testing.assert_array_equal(weights[1, 2:], 0.0)
+    np.testing.assert_array_equal(out[1, 2:], 0.0)
+    assert not np.isnan(out).any()
+    np.testing.assert_array_equal(softmax(np.full(4, -np.inf)), 0.0)
+
+
+def test_a_nan_at_a_padding_position_reaches_the_real_rows():
+    # Why zeros rather than NaN matter: a masked key still multiplies its value by 0, and
+    # 0 * NaN is NaN.
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 1, 4, 4))
+    v[0, 3] = np.nan
+    out, _ = attention(q, k, v, causal_padding_mask(np.array([2]), 4))
+    assert np.isnan(out[0, :2]).all()
+
+
+def test_padded_attention_rejects_bad_shapes():
+    q = np.zeros((2, 3, 4))
+    with pytest.raises(ValueError, match=r"lengths: expected shape \[B\] = \(2,\), got \(3,\)"):
+        padded_attention(q, q, q, np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"k: expected shape \[B, T, d_k\]"):
+        padded_attention(q, np.zeros((2, 4, 4)), q, np.array([1, 2]))
+    with pytest.raises(ValueError, match=r"q: expected shape \[B, T, d_k\]"):
+        padded_attention(np.zeros((3, 4)), q, q, np.array([1, 2]))
+
+
+# ---------------------------------------------------------------- chapter 3's figures
+
+
+def test_batch_weights_toggles_each_mask():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 2, 4, 3))
+    lengths = np.array([4, 2])
+    mask, weights = batch_weights(q, k, v, lengths, causal=True, padding=True)
+    np.testing.assert_array_equal(mask, causal_padding_mask(lengths, 4))
+    assert (weights[mask] == 0).all()
+    mask, _ = batch_weights(q, k, v, lengths, causal=False, padding=False)
+    assert mask.shape == (2, 4, 4) and not mask.any()
+    mask, _ = batch_weights(q, k, v, lengths, causal=False, padding=True)
+    np.testing.assert_array_equal(mask, np.broadcast_to(padding_mask(lengths, 4), (2, 4, 4)))
+
+
+def test_figures_draw_one_panel_per_matrix():
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 3, 6, 4))
+    fig = draw_batch(q, k, v, lengths=[6, 3, 0])
+    assert len(fig.axes) == 3 and "length 0" in fig.axes[2].get_title()
+    assert "[6, 6]" in fig.axes[0].get_title()
+    plt.close(fig)
+    w = np.full((1, 2, 2), 0.5)
+    fig = draw_masked_weights(w, causal_mask(2), ["one"], ["a", "b"])
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="titles: expected 1 titles"):
+        draw_masked_weights(w, causal_mask(2), ["one", "two"])

@@ -10,7 +10,8 @@ from functools import reduce
 
 import numpy as np
 
-from ._validate import check_bool, check_positive_int
+from ._validate import check_bool, check_positive_int, check_shape
+from .attention import attention
 
 
 def causal_mask(T: int, T_k: int | None = None) -> np.ndarray:
@@ -78,3 +79,39 @@ def combine_masks(*masks: np.ndarray) -> np.ndarray:
         raise ValueError(f"masks: expected shapes broadcastable to [..., T_q, T_k], got "
                          f"{shapes}, which do not broadcast together") from None
     return reduce(np.logical_or, arrays)               # -> broadcast shape [..., T_q, T_k]
+
+
+def causal_padding_mask(lengths: np.ndarray, T: int) -> np.ndarray:
+    """The mask of a right-padded batch for a decoder: each query sees its past, no padding.
+
+    Sequence b holds ``lengths[b]`` real tokens then padding. Key j is forbidden to query i
+    when it lies in the future (j > i) or is padding (j >= lengths[b]): the OR of
+    :func:`causal_mask` and :func:`padding_mask`, spelled out to its full shape.
+
+    Shapes: lengths [B] -> mask [B, T, T]
+    """
+    # [T, T] | [B, 1, T] -> [B, T, T]
+    return combine_masks(causal_mask(T), padding_mask(lengths, T))
+
+
+def padded_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.ndarray,
+                     causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Self-attention over a right-padded batch that never produces NaN.
+
+    Padding keys (and, when ``causal``, future keys) get weight exactly 0. A row whose every
+    key is forbidden (a sequence of length 0) gets all-zero weights and a zero output rather
+    than the NaN of 0 / 0: :func:`anatomy.attention.softmax` treats an all -inf row that way.
+
+    Shapes: q, k [B, T, d_k], v [B, T, d_v], lengths [B]
+            -> out [B, T, d_v], weights [B, T, T]
+    """
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    sizes = check_shape(q, "q", "[B, T, d_k]")
+    check_shape(k, "k", "[B, T, d_k]", **sizes)
+    check_shape(v, "v", "[B, T, d_v]", B=sizes["B"], T=sizes["T"])
+    lengths = np.asarray(lengths)
+    if lengths.shape != (sizes["B"],):
+        raise ValueError(f"lengths: expected shape [B] = ({sizes['B']},), got {lengths.shape}")
+    T = sizes["T"]
+    mask = causal_padding_mask(lengths, T) if causal else padding_mask(lengths, T)
+    return attention(q, k, v, mask)     # out [B, T, d_v], weights [B, T, T]
