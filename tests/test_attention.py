@@ -7,7 +7,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anatomy.attention import attention, scaled_scores, softmax
+from anatomy.attention import (
+    attention,
+    attention_weights,
+    jacobian_norm_by_scale,
+    scaled_scores,
+    scaling_experiment,
+    score_std,
+    softmax,
+    softmax_jacobian,
+)
+from anatomy.params import GPT2_SMALL
 
 # ---------------------------------------------------------------- chapter 1 worked example
 
@@ -54,6 +64,102 @@ def test_ch2_scaling_table():
     assert [round(rows[d][0], 1) for d in (4, 64, 512)] == [2.0, 8.0, 22.5]
     assert [round(rows[d][1], 2) for d in (4, 64, 512)] == [0.43, 0.84, 0.95]
     assert [round(rows[d][2], 2) for d in (4, 64, 512)] == [0.24, 0.24, 0.25]
+
+
+def test_scaling_experiment_reproduces_the_syllabus_table():
+    rows = scaling_experiment()
+    assert [r["d_k"] for r in rows] == [4, 64, 512]
+    assert [round(r["std"], 1) for r in rows] == [2.0, 8.0, 22.5]
+    assert [round(r["top_unscaled"], 2) for r in rows] == [0.43, 0.84, 0.95]
+    assert [round(r["top_scaled"], 2) for r in rows] == [0.24, 0.24, 0.25]
+    # the scale brings the spread back to about 1 at every width
+    assert all(abs(r["std_scaled"] - 1) < 0.02 for r in rows)
+
+
+def test_scaling_experiment_follows_the_recipe_draw_for_draw():
+    # widths are drawn in the order given from one generator: a different order differs
+    first = scaling_experiment(dims=(64,), n=50, n_keys=4, seed=3)[0]
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((50, 64)), rng.standard_normal((50, 4, 64))
+    raw = np.einsum("nd,nkd->nk", q, k)
+    assert first["std"] == pytest.approx(raw.std(), abs=1e-12)
+    assert first["top_scaled"] == pytest.approx(softmax(raw / 8).max(-1).mean(), abs=1e-12)
+
+
+def test_score_std_is_about_sqrt_dk():
+    for d_k in (1, 16, 256):
+        assert score_std(d_k) == pytest.approx(np.sqrt(d_k), rel=0.05)
+    assert score_std(16, seed=1) == score_std(16, seed=1)
+
+
+def test_gpt2_small_unscaled_std_and_e_to_the_8():
+    assert GPT2_SMALL.d_head == 64 and np.sqrt(GPT2_SMALL.d_head) == 8.0
+    p = softmax(np.array([8.0, 0.0]))
+    assert p[0] / p[1] == pytest.approx(np.exp(8), rel=1e-12)
+    assert round(np.exp(8), -3) == 3000
+
+
+def test_attention_weights_temperature_and_scale():
+    rng = np.random.default_rng(10)
+    q, k = rng.standard_normal((2, 3, 16)), rng.standard_normal((2, 5, 16))
+    raw = np.einsum("bqd,bkd->bqk", q, k)
+    np.testing.assert_allclose(attention_weights(q, k), softmax(raw / 4), atol=1e-12)
+    np.testing.assert_allclose(attention_weights(q, k, scaled=False), softmax(raw), atol=1e-12)
+    np.testing.assert_allclose(attention_weights(q, k, temperature=2.5),
+                               softmax(raw / 10), atol=1e-12)
+    # dividing by sqrt(d_k) is a fixed temperature of sqrt(d_k)
+    np.testing.assert_allclose(attention_weights(q, k, temperature=4.0, scaled=False),
+                               attention_weights(q, k), atol=1e-12)
+    with np.errstate(over="raise", invalid="raise"):
+        cold = attention_weights(q * 100, k, temperature=1e-3)
+    assert np.isfinite(cold).all()
+    for bad in (0, -1.0, True, np.ones(2)):
+        with pytest.raises(ValueError, match="temperature: expected a positive number"):
+            attention_weights(q, k, temperature=bad)
+
+
+def test_softmax_jacobian_matches_finite_differences():
+    z = np.random.default_rng(11).standard_normal((3, 5)) * 2     # [B, n]
+    J = softmax_jacobian(z)
+    assert J.shape == (3, 5, 5)
+    eps = 1e-6
+    for b in range(3):
+        for j in range(5):
+            step = np.zeros(5)
+            step[j] = eps
+            column = (softmax(z[b] + step) - softmax(z[b] - step)) / (2 * eps)
+            np.testing.assert_allclose(J[b, :, j], column, atol=1e-9)
+
+
+def test_softmax_jacobian_structure():
+    z = np.random.default_rng(12).standard_normal((4, 6))
+    J = softmax_jacobian(z)
+    p = softmax(z)
+    np.testing.assert_allclose(J, np.swapaxes(J, -1, -2), atol=1e-15)
+    np.testing.assert_allclose(J.sum(axis=-1), 0.0, atol=1e-15)   # shifting all scores: no change
+    np.testing.assert_allclose(np.diagonal(J, axis1=-2, axis2=-1), p * (1 - p), atol=1e-15)
+    uniform = softmax_jacobian(np.zeros(4))
+    np.testing.assert_allclose(uniform, (np.eye(4) - 0.25) / 4, atol=1e-15)
+    with np.errstate(over="raise", invalid="raise"):
+        saturated = softmax_jacobian(np.array([1000.0, 0.0, -1000.0]))
+    np.testing.assert_allclose(saturated, 0.0, atol=1e-300)
+    np.testing.assert_array_equal(softmax_jacobian(np.array([3.0])), [[0.0]])
+    with pytest.raises(ValueError, match=r"z: expected shape \[\.\.\., n\]"):
+        softmax_jacobian(np.float64(1.0))
+
+
+def test_jacobian_norm_falls_once_scores_saturate():
+    stds = np.array([0.0, 1.0, 8.0, 22.5])
+    norms = jacobian_norm_by_scale(stds, n=500)
+    assert norms.shape == (4, 500)
+    np.testing.assert_allclose(norms[0], 1 / 16, atol=1e-15)      # uniform weights
+    median = np.median(norms, axis=1)
+    assert median[1] > median[2] > 10 * median[3]
+    assert median[3] < 1e-3
+    # spectral norm of diag(p) - p p^T never exceeds 1/2
+    assert norms.max() <= 0.5 + 1e-12
+    with pytest.raises(ValueError, match="stds"):
+        jacobian_norm_by_scale(np.array([-1.0]))
 
 
 def test_scaled_scores_divide_by_sqrt_dk():

@@ -11,7 +11,13 @@ import math
 
 import numpy as np
 
-from ._validate import check_broadcastable, check_leading, check_mask, check_shape
+from ._validate import (
+    check_broadcastable,
+    check_leading,
+    check_mask,
+    check_positive_int,
+    check_shape,
+)
 
 
 def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -87,3 +93,111 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
     weights = softmax(scores, axis=-1)                            # each row sums to 1
     out = weights @ v                    # [..., T_q, T_k] @ [..., T_k, d_v] -> [..., T_q, d_v]
     return out, weights
+
+
+# ---------------------------------------------------------------- chapter 2: why sqrt(d_k)
+
+
+def attention_weights(q: np.ndarray, k: np.ndarray, temperature: float = 1.0,
+                      scaled: bool = True) -> np.ndarray:
+    """The weights alone, softmax(q k^T / (sqrt(d_k) * temperature)), one row per query.
+
+    ``temperature`` divides the scores: above 1 it flattens each row, below 1 it sharpens
+    it. ``scaled=False`` leaves out sqrt(d_k), giving the raw dot products chapter 2 warns
+    about; dividing by sqrt(d_k) is itself a fixed temperature of sqrt(d_k).
+
+    Shapes: q [..., T_q, d_k], k [..., T_k, d_k] -> weights [..., T_q, T_k]
+    """
+    if isinstance(temperature, bool) or not np.isscalar(temperature) or not temperature > 0:
+        raise ValueError(f"temperature: expected a positive number, got {temperature!r}")
+    scores = scaled_scores(q, k)                                  # [..., T_q, T_k]
+    if not scaled:
+        scores = scores * math.sqrt(np.shape(q)[-1])              # back to raw q . k
+    return softmax(scores / float(temperature), axis=-1)
+
+
+def score_std(d_k: int, n: int = 10_000, seed: int = 0) -> float:
+    """Measure the spread of raw dot products q . k at width d_k (it comes out near sqrt(d_k)).
+
+    Draws ``n`` independent pairs of vectors with N(0, 1) entries and returns the standard
+    deviation of their dot products.
+
+    Shapes: q, k [n, d_k] -> dots [n] -> a float
+    """
+    d_k, n = check_positive_int(d_k, "d_k"), check_positive_int(n, "n")
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n, d_k))                             # [n, d_k]
+    k = rng.standard_normal((n, d_k))                             # [n, d_k]
+    dots = np.einsum("nd,nd->n", q, k)                            # [n, d_k] x2 -> [n]
+    return float(dots.std())
+
+
+def scaling_experiment(dims: tuple[int, ...] = (4, 64, 512), n: int = 1000, n_keys: int = 16,
+                       seed: int = 42) -> list[dict[str, float]]:
+    """Chapter 2's measurement: wide heads saturate the softmax unless scores are scaled.
+
+    One generator, widths in the order given: for each width d_k, ``n`` random queries, each
+    with its own ``n_keys`` random keys, all entries N(0, 1). For each width it reports the
+    standard deviation of the raw scores q . k and of the scaled scores q . k / sqrt(d_k),
+    and the largest softmax weight of each query, averaged over the queries, without and
+    with the scale. With the defaults this is the syllabus's table.
+
+    Shapes: per width q [n, d_k], k [n, n_keys, d_k] -> scores [n, n_keys]
+    Returns one dict per width with keys d_k, std, std_scaled, top_unscaled, top_scaled.
+    """
+    for name, value in (("n", n), ("n_keys", n_keys), *(("dims", d) for d in dims)):
+        check_positive_int(value, name)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d_k in dims:
+        q = rng.standard_normal((n, d_k))                         # [n, d_k]
+        k = rng.standard_normal((n, n_keys, d_k))                 # [n, n_keys, d_k]
+        raw = np.einsum("nd,nkd->nk", q, k)              # [n, d_k], [n, n_keys, d_k] -> [n, n_keys]
+        scaled = raw / math.sqrt(d_k)                             # [n, n_keys]
+        rows.append({"d_k": int(d_k), "std": float(raw.std()), "std_scaled": float(scaled.std()),
+                     "top_unscaled": float(softmax(raw).max(axis=-1).mean()),
+                     "top_scaled": float(softmax(scaled).max(axis=-1).mean())})
+    return rows
+
+
+def softmax_jacobian(z: np.ndarray) -> np.ndarray:
+    """How each softmax weight moves when each score moves: J[i, j] = d p_i / d z_j.
+
+    With p = softmax(z), J = diag(p) - p p^T, that is p_i (1 - p_i) on the diagonal and
+    -p_i p_j off it: raising one score takes weight from every other key. A saturated row
+    (p nearly one-hot) has J nearly 0, so almost no gradient flows back to the scores.
+    Every row and column of J sums to 0, because the weights always sum to 1.
+
+    Shapes: z [..., n] -> J [..., n, n]
+    """
+    z = np.asarray(z)
+    n = check_shape(z, "z", "[..., n]")["n"]
+    p = softmax(z, axis=-1)                                       # [..., n]
+    diag = p[..., :, None] * np.eye(n, dtype=p.dtype)     # [..., n, 1] * [n, n] -> [..., n, n]
+    outer = p[..., :, None] * p[..., None, :]             # [..., n, 1] * [..., 1, n] -> [..., n, n]
+    return diag - outer
+
+
+def jacobian_norm_by_scale(stds: np.ndarray, n_keys: int = 16, n: int = 1000,
+                           seed: int = 0) -> np.ndarray:
+    """The size of the softmax Jacobian as the scores grow: how saturation starves gradients.
+
+    Draws ``n`` rows of ``n_keys`` N(0, 1) scores once, multiplies them by each standard
+    deviation in ``stds`` and returns the spectral norm of each row's Jacobian (its largest
+    eigenvalue, since diag(p) - p p^T is symmetric and positive semi-definite): the most a
+    unit change of the scores can move the weights, and so the most gradient the softmax can
+    pass back. At std 0 every row gives exactly 1 / n_keys.
+
+    Shapes: stds [S] -> norms [S, n]
+    """
+    stds = np.asarray(stds, dtype=float)
+    check_shape(stds, "stds", "[S]")
+    if not np.all(np.isfinite(stds)) or np.any(stds < 0):
+        raise ValueError("stds: expected finite standard deviations >= 0")
+    n_keys, n = check_positive_int(n_keys, "n_keys"), check_positive_int(n, "n")
+    z = np.random.default_rng(seed).standard_normal((n, n_keys))  # [n, n_keys]
+    norms = np.empty((len(stds), n))
+    for i, s in enumerate(stds):
+        J = softmax_jacobian(s * z)                               # [n, n_keys, n_keys]
+        norms[i] = np.abs(np.linalg.eigvalsh(J)).max(axis=-1)     # [n, n_keys] -> [n]
+    return norms

@@ -1,0 +1,44 @@
+"""anatomy.viz.scaling: chapter 2's figures draw what the library computes, and the lab runs."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from anatomy.attention import attention_weights, jacobian_norm_by_scale
+from anatomy.viz.scaling import draw_jacobian_norms, draw_query_weights, one_query, scaling_lab
+
+
+def test_one_query_is_seeded_and_shaped():
+    q, k = one_query(64, n_keys=16, seed=0)
+    assert q.shape == (64,) and k.shape == (16, 64)
+    q2, k2 = one_query(64, n_keys=16, seed=0)
+    np.testing.assert_array_equal(q, q2)
+    np.testing.assert_array_equal(k, k2)
+
+
+def test_bars_are_the_unscaled_and_scaled_weights():
+    q, k = one_query(64)
+    fig = draw_query_weights(q, k, temperature=2.0)
+    left, right = fig.axes
+    heights = [[bar.get_height() for bar in ax.patches] for ax in (left, right)]
+    np.testing.assert_allclose(heights[0], attention_weights(q[None], k, 2.0, scaled=False)[0])
+    np.testing.assert_allclose(heights[1], attention_weights(q[None], k, 2.0)[0])
+    assert "q [64]" in fig._suptitle.get_text() and "K [16, 64]" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_jacobian_figure_plots_the_median_and_the_marks():
+    stds = np.array([0.0, 1.0, 8.0])
+    norms = jacobian_norm_by_scale(stds, n=50)
+    fig = draw_jacobian_norms(stds, norms, {"std 1": 1.0, "std 8": 8.0})
+    ax = fig.axes[0]
+    median = ax.lines[0]
+    np.testing.assert_allclose(median.get_ydata(), np.median(norms, axis=1))
+    assert [line.get_xdata()[0] for line in ax.lines[1:]] == [1.0, 8.0]
+    plt.close(fig)
+
+
+def test_lab_runs_without_a_kernel(capsys):
+    pytest.importorskip("ipywidgets")
+    scaling_lab()
+    assert plt.get_fignums() == []          # the lab's figures are closed after rendering
