@@ -4,8 +4,18 @@ the learned table's hard limit, ALiBi's slopes, and their errors."""
 import numpy as np
 import pytest
 
+from anatomy.attention import attention
+from anatomy.examples import ali_makan
 from anatomy.heads import multi_head_attention
-from anatomy.positions import alibi_bias, alibi_slopes, learned_positions, rope, sinusoidal
+from anatomy.masks import causal_mask
+from anatomy.positions import (
+    alibi_bias,
+    alibi_slopes,
+    learned_positions,
+    pair_frequencies,
+    rope,
+    sinusoidal,
+)
 
 
 def test_hand_example_d4_p1():
@@ -133,3 +143,124 @@ def test_learned_table_has_nothing_past_ctx():
         learned_positions(table, 8, start=60)
     with pytest.raises(ValueError, match=r"pos_emb: expected shape \[ctx, d\], got \(64,\)"):
         learned_positions(np.zeros(64), 8)
+
+
+# ---------------------------------------------------------------- chapter 5's other figures
+
+
+def test_pair_frequencies_match_the_hand_example_and_both_schemes():
+    np.testing.assert_allclose(pair_frequencies(4), [1.0, 0.01])
+    omega = pair_frequencies(16)
+    angles = np.arange(50)[:, None] * omega                # [n_pos, d/2]
+    pe = sinusoidal(50, 16)
+    np.testing.assert_allclose(pe[:, 0::2], np.sin(angles), atol=1e-12)
+    np.testing.assert_allclose(pe[:, 1::2], np.cos(angles), atol=1e-12)
+    # The dot product of two rows is the sum of cos(gap * omega_i) (chapter 5's identity).
+    for p, m in [(10, 15), (30, 35), (10, 30)]:
+        np.testing.assert_allclose(pe[p] @ pe[m], np.cos((p - m) * omega).sum(), atol=1e-12)
+    # RoPE turns pair i of a position-1 vector by omega_i (base 500 to see the argument used).
+    x = np.array([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0]])
+    turned = rope(x, np.array([0, 1]), base=500.0)[1]
+    np.testing.assert_allclose(np.arctan2(turned[1::2], turned[0::2]),
+                               pair_frequencies(4, base=500.0), atol=1e-12)
+    with pytest.raises(ValueError, match=r"d: expected an even width .* got d=5"):
+        pair_frequencies(5)
+    with pytest.raises(ValueError, match=r"base: expected a positive number, got 0"):
+        pair_frequencies(4, base=0)
+
+
+def test_ch5_permutation_equivariance_of_single_head_attention():
+    ex = ali_makan()
+    X, W_q, W_k, W_v = ex["X"], ex["W_q"], ex["W_k"], ex["W_v"]
+
+    def self_attend(X):
+        return attention(X @ W_q, X @ W_k, X @ W_v)[0]
+
+    swap = [2, 1, 0]                                       # "nasi makan Ali"
+    np.testing.assert_allclose(self_attend(X[:3][swap]), self_attend(X[:3])[swap], atol=1e-12)
+    np.testing.assert_allclose(self_attend(X[:3])[0], self_attend(X[:3][swap])[2], atol=1e-12)
+    pe = sinusoidal(3, 8)
+    moved = np.abs(self_attend(X[:3][swap] + pe) - self_attend(X[:3] + pe)[swap]).max()
+    assert round(float(moved), 2) == 1.80
+
+
+def test_ch5_sinusoidal_and_rope_are_defined_past_the_trained_length():
+    pe = sinusoidal(4096, 16)
+    np.testing.assert_allclose(pe[3000] @ pe[3005], pe[10] @ pe[15], atol=1e-9)
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 1, 8))
+
+    def score(p, m):
+        return (rope(q, np.array([p])) @ rope(k, np.array([m])).T).item()
+
+    scores = [score(5 + s, 2 + s) for s in (0, 1, 10, 100, 1000, 4000)]
+    assert np.ptp(scores) < 1e-10
+    assert round(scores[0], 2) == -1.59
+
+
+def test_ch5_alibi_without_content_prefers_recent_keys():
+    zeros, v = np.zeros((5, 4)), np.eye(5)
+    bias = alibi_bias(5, 8)
+    _, weights = attention(zeros, zeros, v, mask=causal_mask(5), bias=bias[0])
+    # Slope 1/2: weight on a key g places back is proportional to exp(-g / 2).
+    want = np.exp(-0.5 * np.arange(4, -1, -1))
+    np.testing.assert_allclose(weights[-1], want / want.sum(), atol=1e-12)
+    assert np.all(np.diff(weights[-1]) > 0)
+
+
+# ---------------------------------------------------------------- chapter 5's pictures
+
+
+def test_position_similarity_is_relative_for_sinusoidal_and_rope_only():
+    from anatomy.viz.positions import SCHEMES, position_similarity
+
+    tables = {s: position_similarity(s, n_pos=32, d=16) for s in SCHEMES}
+    for scheme, sim in tables.items():
+        assert sim.shape == (32, 32)
+        # Constant along every diagonal = depends on m - p only.
+        relative = all(np.ptp(np.diagonal(sim, offset)) < 1e-9 for offset in range(-31, 32))
+        assert relative == (scheme != "learned (untrained)"), scheme
+    np.testing.assert_allclose(np.diag(tables["sinusoidal"]), 1.0)
+    pe = sinusoidal(32, 16)
+    np.testing.assert_allclose(tables["sinusoidal"], pe @ pe.T / 8, atol=1e-12)   # |row|^2 = d/2
+    with pytest.raises(ValueError, match=r"scheme: expected one of"):
+        position_similarity("alibi")
+
+
+def test_ch5_figures_draw_the_syllabus_numbers():
+    import matplotlib.pyplot as plt
+
+    from anatomy.viz.positions import (
+        SCHEMES,
+        draw_dot_vs_gap,
+        draw_rope_pair,
+        draw_similarity,
+        draw_sinusoidal_table,
+    )
+
+    pe = sinusoidal(50, 16)
+    fig = draw_sinusoidal_table(pe)
+    assert "[50, 16]" in fig.axes[0].get_title()
+    np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), pe)
+    plt.close(fig)
+
+    fig = draw_dot_vs_gap(pe, starts=(10, 30), marks=(1, 2, 5, 20))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["7.49", "6.37", "6.14", "5.78"]
+    from_10, from_30 = ax.lines[0].get_ydata(), ax.lines[1].get_ydata()
+    np.testing.assert_allclose(from_10[: len(from_30)], from_30, atol=1e-12)   # gap only
+    plt.close(fig)
+
+    fig = draw_rope_pair(pair=(1.0, 0.4), positions=range(6), query_key=(4, 1), shift=2)
+    left, right = fig.axes
+    assert "q . k = -1.01, -1.01" in right.get_title()
+    # Each arrow's farthest vertex from the origin is its tip: every tip is at |pair|.
+    tips = [np.linalg.norm(patch.get_xy(), axis=-1).max() for patch in left.patches]
+    np.testing.assert_allclose(tips, np.hypot(1.0, 0.4), atol=1e-9)
+    assert len(tips) == 6
+    plt.close(fig)
+
+    fig = draw_similarity(SCHEMES, p=20, m=25, n_pos=64, d=16)
+    assert len(fig.axes) == 6
+    assert fig.axes[1].get_title() == "row p = 20: cos(p=20, m=25) = 0.77"
+    plt.close(fig)

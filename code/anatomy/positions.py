@@ -29,6 +29,23 @@ def _pair_angles(positions: np.ndarray, d: int, base: float) -> np.ndarray:
     return positions[:, None] / inv_freq              # [T, 1] / [d/2] -> [T, d/2]
 
 
+def pair_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
+    """How fast each feature pair turns: 1 / base^(2i/d) radians per position, i = 0..d/2-1.
+
+    Pair 0 turns one radian per step; each later pair turns more slowly, the last one almost
+    ``base`` times slower. The angle of pair i at position p is p times its frequency, in
+    :func:`sinusoidal` (base 10000) and in :func:`rope` alike.
+
+    Shapes: -> [d/2]   (d even)
+    """
+    d = check_positive_int(d, "d")
+    if d % 2:
+        raise ValueError(f"d: expected an even width (features come in pairs), got d={d}")
+    if not base > 0:
+        raise ValueError(f"base: expected a positive number, got {base!r}")
+    return 1.0 / float(base) ** (np.arange(0, d, 2) / d)   # [d/2]: 1, ..., about 1/base
+
+
 def sinusoidal(n_pos: int, d: int) -> np.ndarray:
     """The fixed position table of the original transformer.
 
