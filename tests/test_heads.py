@@ -1,5 +1,6 @@
 """anatomy.heads: the chapter 4 worked example, the no-loop implementation against a loop over
-heads, and parity with torch.nn.MultiheadAttention (float64 within 1e-12, float32 within 1e-5).
+heads, parity with torch.nn.MultiheadAttention and scaled_dot_product_attention (float64 within
+1e-12, float32 within 1e-5), the cost formulas, and chapter 4's figures (anatomy.viz.heads).
 """
 
 import numpy as np
@@ -9,14 +10,18 @@ from torch import nn
 
 from anatomy.attention import attention
 from anatomy.heads import (
+    attention_flops,
     cached_multi_head_attention,
     cross_attention,
     grouped_query_attention,
+    kv_cache_bytes,
     merge_heads,
     multi_head_attention,
+    score_bytes,
     split_heads,
 )
 from anatomy.masks import causal_mask, padding_mask
+from anatomy.viz.heads import divisors, draw_heads, head_weights, snap_heads
 
 
 def test_ch4_worked_example(legacy_draws):
@@ -223,3 +228,103 @@ def test_input_rank_and_mask_shape_are_named():
                                          r"= \(\.\.\., 2, 3, 4\), got \(2, 3, 8\)"):
         cached_multi_head_attention(np.ones((4, 8)), np.ones((8, 24)), np.ones((8, 8)), 2,
                                     (np.ones((2, 3, 8)), np.ones((2, 3, 8))))
+
+
+# ---------------------------------------------------------------- parity with SDPA
+
+
+@pytest.mark.parametrize("dtype, tdtype, tol", [(np.float64, torch.float64, 1e-12),
+                                                (np.float32, torch.float32, 1e-5)])
+def test_matches_torch_scaled_dot_product_attention(dtype, tdtype, tol):
+    rng = np.random.default_rng(7)
+    d, h, T = 16, 4, 6
+    x = rng.standard_normal((2, T, d)).astype(dtype)
+    W_qkv, b_qkv, W_o, b_o = _weights(d, rng, dtype)
+    out, _ = multi_head_attention(x, W_qkv, W_o, h, b_qkv, b_o)
+    q, k, v = (torch.from_numpy(split_heads(t, h))           # each [B, h, T, d_head]
+               for t in np.split(x @ W_qkv + b_qkv, 3, axis=-1))
+    # SDPA's boolean attn_mask means True = allowed: the complement of ours.
+    allowed = torch.from_numpy(~causal_mask(T))
+    for kwargs in ({"attn_mask": allowed}, {"is_causal": True}):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+        assert o.dtype == tdtype
+        np.testing.assert_allclose(merge_heads(o.numpy()) @ W_o + b_o, out, atol=tol, rtol=0)
+
+
+# ---------------------------------------------------------------- cost
+
+
+def test_attention_flops_are_the_same_for_one_head_or_eight():
+    T, d = 1024, 512                                 # the original transformer's width
+    one, eight = attention_flops(T, d, 1), attention_flops(T, d, 8)
+    assert one == eight
+    assert one == {"qkv": 6 * T * d * d, "scores": 2 * T * T * d, "mix": 2 * T * T * d,
+                   "out": 2 * T * d * d}
+    assert sum(one.values()) == 8 * T * d * d + 4 * T * T * d == 4_294_967_296
+    with pytest.raises(ValueError, match=r"d: d=10 is not divisible by h=3 heads"):
+        attention_flops(4, 10, 3)
+
+
+def test_score_tensor_memory_for_gpt2_small():
+    # [B, h, T, T] float32 with GPT-2 small's h = 12, per layer and per sequence.
+    assert score_bytes(1024, 12) == 12 * 1024 * 1024 * 4 == 50_331_648          # 48 MiB
+    assert score_bytes(32_768, 12) == 51_539_607_552 == 48 * 2**30               # 48 GiB
+    assert score_bytes(1024, 12, B=8, itemsize=2) == 4 * score_bytes(1024, 12)
+    with pytest.raises(ValueError, match=r"T: expected a positive integer, got 0"):
+        score_bytes(0, 12)
+
+
+def test_kv_cache_bytes_and_the_grouped_query_saving():
+    full = kv_cache_bytes(L=12, T=1024, h_kv=12, d_head=64)    # GPT-2 small, float32
+    assert full == 2 * 12 * 1024 * 768 * 4 == 75_497_472       # 2 L T d values = 72 MiB
+    assert kv_cache_bytes(12, 1024, 4, 64) * 3 == full          # h / h_kv = 3 times smaller
+    assert kv_cache_bytes(12, 1024, 1, 64) * 12 == full         # multi-query: h times smaller
+    assert kv_cache_bytes(12, 1024, 12, 64, B=4, itemsize=2) == 2 * full
+    with pytest.raises(ValueError, match=r"h_kv: expected a positive integer"):
+        kv_cache_bytes(12, 1024, 0, 64)
+
+
+# ---------------------------------------------------------------- the chapter's figures
+
+
+def test_cross_attention_weights_are_rectangular_and_unmasked():
+    rng = np.random.default_rng(4)
+    d, h, T_q, T_k = 8, 2, 3, 5
+    x_dec, x_enc = rng.standard_normal((T_q, d)), rng.standard_normal((T_k, d))
+    W_q, W_kv, W_o = (rng.standard_normal(s) / np.sqrt(d) for s in ((d, d), (d, 2 * d), (d, d)))
+    out, weights = cross_attention(x_dec, x_enc, W_q, W_kv, W_o, h)
+    assert out.shape == (T_q, d) and weights.shape == (h, T_q, T_k)
+    np.testing.assert_allclose(weights.sum(-1), 1.0)
+    assert np.all(weights > 0)                       # no causal mask: every key is seen
+
+
+def test_lab_divisors_snap_and_head_weights():
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert [snap_heads(h, 12) for h in (1, 5, 7, 8, 9, 10, 11, 12)] == [1, 4, 6, 6, 6, 12, 12,
+                                                                         12]
+    assert snap_heads(5, 8) == 4 and snap_heads(3, 8) == 2      # ties go to the smaller
+    rng = np.random.default_rng(0)
+    X, W_qkv = rng.standard_normal((6, 12)), rng.standard_normal((12, 36))
+    for h in (1, 3, 12):
+        w = head_weights(X, W_qkv, h)
+        assert w.shape == (h, 6, 6)
+        np.testing.assert_array_equal(w, multi_head_attention(X, W_qkv, np.eye(12), h)[1])
+    assert np.all(head_weights(X, W_qkv, 3, causal=False) > 0)
+
+
+@pytest.mark.parametrize("h", [1, 4, 12])
+def test_draw_heads_has_one_panel_per_head(h):
+    import matplotlib.pyplot as plt
+
+    tokens = ["Ali", "makan", "nasi", "lemak", "di", "kedai"]
+    rng = np.random.default_rng(1)
+    weights = head_weights(rng.standard_normal((6, 12)), rng.standard_normal((12, 36)), h)
+    fig = draw_heads(weights, tokens)
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == h and len(panels[0].images) == 1
+    assert panels[-1].get_title() == f"head {h - 1}  [6, 6]"
+    heads = "head" if h == 1 else "heads"
+    assert fig._suptitle.get_text() == f"h = {h} {heads}: weights [h, T, T] = [{h}, 6, 6]"
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"weights: expected shape \[h, T, T\]"):
+        draw_heads(weights[0], tokens)

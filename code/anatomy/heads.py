@@ -215,3 +215,59 @@ def grouped_query_attention(x: np.ndarray, W_q: np.ndarray, W_kv: np.ndarray, W_
     v = np.repeat(v, h // h_kv, axis=-3)        # [..., h_kv, T, d_head] -> [..., h, T, d_head]
     mask = _sequence_mask(mask, causal, tuple(lead), T, T)
     return _attend(q, k, v, W_o, None, mask)    # [..., T, d], [..., h, T, T]
+
+
+# ---- what heads cost ----------------------------------------------------------------------
+
+
+def attention_flops(T: int, d: int, h: int) -> dict[str, int]:
+    """Matmul FLOPs of one multi-head self-attention layer over T tokens, part by part.
+
+    A (rows, n) @ (n, m) product costs 2 * rows * n * m FLOPs (one multiply and one add per
+    term). Each head compares and mixes with width d_head = d / h, so the h heads together do
+    the work of one head of width d: only the count of heads changes, not the total. The
+    softmax (a few operations per score, h * T * T scores) is left out.
+
+    Shapes: -> {"qkv": [T, d] @ [d, 3d], "scores": h x [T, d_head] @ [d_head, T],
+                "mix": h x [T, T] @ [T, d_head], "out": [T, d] @ [d, d]}
+    """
+    T, d, h = (check_positive_int(v, name) for v, name in ((T, "T"), (d, "d"), (h, "h")))
+    check_divisible("d", d, h)
+    d_head = d // h
+    return {
+        "qkv": 2 * T * d * 3 * d,               # [T, d] @ [d, 3d]
+        "scores": h * 2 * T * d_head * T,       # h x [T, d_head] @ [d_head, T]
+        "mix": h * 2 * T * T * d_head,          # h x [T, T] @ [T, d_head]
+        "out": 2 * T * d * d,                   # [T, d] @ [d, d]
+    }
+
+
+def score_bytes(T: int, h: int, B: int = 1, itemsize: int = 4) -> int:
+    """Memory of one layer's attention scores [B, h, T, T], in bytes (float32 by default).
+
+    Standard attention builds this tensor (and the weights, the same size again); training
+    keeps the weights of every layer for the backward pass. It grows with T squared, which is
+    the memory wall that FlashAttention removes by never materialising it.
+
+    Shapes: scores [B, h, T, T] -> B * h * T * T * itemsize
+    """
+    for value, name in ((T, "T"), (h, "h"), (B, "B"), (itemsize, "itemsize")):
+        check_positive_int(value, name)
+    return B * h * T * T * itemsize
+
+
+def kv_cache_bytes(L: int, T: int, h_kv: int, d_head: int, B: int = 1,
+                   itemsize: int = 4) -> int:
+    """Memory of the keys and values cached for generation, in bytes.
+
+    Every one of the L layers keeps K and V for all T positions: h_kv heads of width d_head
+    each. Ordinary multi-head attention has h_kv = h, so h_kv * d_head = d and this is
+    2 L T d values per sequence; grouped-query attention shrinks it by h / h_kv.
+
+    Shapes: K and V, each [B, h_kv, T, d_head] per layer -> 2 * L * B * h_kv * T * d_head
+            * itemsize
+    """
+    for value, name in ((L, "L"), (T, "T"), (h_kv, "h_kv"), (d_head, "d_head"), (B, "B"),
+                        (itemsize, "itemsize")):
+        check_positive_int(value, name)
+    return 2 * L * B * h_kv * T * d_head * itemsize

@@ -1,0 +1,107 @@
+"""Chapter 4's picture of multi-head attention: one weight map per head, and the lab that
+re-splits the same projection into a different number of heads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .._validate import check_positive_int
+from ..heads import multi_head_attention
+from .common import figure_png
+
+
+def divisors(d: int) -> list[int]:
+    """Every head count that splits width d evenly, smallest first."""
+    d = check_positive_int(d, "d")
+    return [h for h in range(1, d + 1) if d % h == 0]
+
+
+def snap_heads(h: int, d: int) -> int:
+    """The divisor of d nearest to h (the smaller one on a tie), so that d_head = d / h is whole."""
+    return min(divisors(d), key=lambda n: (abs(n - h), n))
+
+
+def head_weights(X: np.ndarray, W_qkv: np.ndarray, h: int, causal: bool = True) -> np.ndarray:
+    """The attention weights of every head when W_qkv is split into h heads.
+
+    The output projection does not affect the weights, so an identity stands in for W_o.
+
+    Shapes: X [T, d], W_qkv [d, 3d] -> weights [h, T, T]
+    """
+    d = np.shape(X)[-1]
+    _, weights = multi_head_attention(X, W_qkv, np.eye(d), h, causal=causal)
+    return weights                              # [h, T, T]
+
+
+def draw_heads(weights: np.ndarray, tokens: Sequence[str], annotate: bool | None = None,
+               max_cols: int = 6):
+    """One heatmap per head, rows = queries, columns = keys, every panel on the same 0..1 scale.
+
+    ``annotate`` prints each weight in its cell (default: only when the panels are few and
+    small). Returns the matplotlib figure.
+
+    Shapes: weights [h, T, T]
+    """
+    weights = np.asarray(weights)
+    if weights.ndim != 3 or weights.shape[1:] != (len(tokens), len(tokens)):
+        raise ValueError(f"weights: expected shape [h, T, T] with T = len(tokens) = "
+                         f"{len(tokens)}, got {weights.shape}")
+    h, T, _ = weights.shape
+    if annotate is None:
+        annotate = h <= 4 and T <= 6
+    cols = min(h, max_cols)
+    rows = -(-h // cols)                        # ceiling division
+    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols + 0.4, 1.9 * rows + 0.5),
+                             squeeze=False)
+    for j, ax in enumerate(axes.flat):
+        if j >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[j], cmap="Blues", vmin=0.0, vmax=1.0)
+        ax.set_title(f"head {j}  [{T}, {T}]", fontsize=9)
+        ax.set_xticks(range(T), tokens, fontsize=7, rotation=60)
+        ax.set_yticks(range(T), tokens if j % cols == 0 else [], fontsize=7)
+        if annotate:
+            for (r, c), w in np.ndenumerate(weights[j]):
+                ax.text(c, r, f"{w:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if w > 0.6 else "black")
+    fig.suptitle(f"h = {h} {'head' if h == 1 else 'heads'}: weights [h, T, T] = [{h}, {T}, {T}]",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def heads_lab(X: np.ndarray, W_qkv: np.ndarray, tokens: Sequence[str], h: int = 2,
+              causal: bool = True):
+    """An ipywidgets lab: split the same W_qkv into h heads and see every head's weights.
+
+    The slider moves over 1..d and snaps to the nearest divisor of d. Uses only widgets and
+    calls common to ipywidgets 7.7 (Colab) and 8.x; the figure goes to an Image widget whose
+    value is set after ``display``, so the cell's recorded output stays small and stable.
+    """
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    d = np.shape(X)[-1]
+    heads = widgets.IntSlider(value=snap_heads(h, d), min=1, max=d, description="h")
+    masked = widgets.Checkbox(value=causal, description="causal mask")
+    picture, caption = widgets.Image(format="png"), widgets.HTML()
+
+    def update(_change=None):
+        snapped = snap_heads(heads.value, d)
+        if snapped != heads.value:
+            heads.value = snapped               # fires update again with a divisor
+            return
+        weights = head_weights(X, W_qkv, snapped, causal=masked.value)
+        picture.value = figure_png(draw_heads(weights, tokens))
+        heads_word = "head" if snapped == 1 else "heads"
+        caption.value = (f"d = {d} split into h = {snapped} {heads_word} of d_head = "
+                         f"{d // snapped}; weights [h, T, T] = {list(weights.shape)}")
+
+    heads.observe(update, names="value")
+    masked.observe(update, names="value")
+    display(widgets.VBox([widgets.HBox([heads, masked]), picture, caption]))
+    update()  # after display, so the cell's recorded output stays small and stable
