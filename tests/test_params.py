@@ -15,10 +15,14 @@ from anatomy.params import (
     GPTConfig,
     block_params,
     check_params,
+    count_approx,
+    count_block,
     count_breakdown,
+    count_by_kind,
     count_params,
     init_params,
     param_shapes,
+    shape_table,
 )
 
 # ---------------------------------------------------------------- chapter 7 figures
@@ -176,3 +180,97 @@ def test_check_params_names_the_bad_entry():
         check_params({k: v for k, v in params.items() if k != "lnf_b"}, TOY)
     with pytest.raises(ValueError, match=r"params: unknown key 'head'"):
         check_params({**params, "head": params["tok_emb"]}, TOY)
+
+
+# ---------------------------------------------------------------- chapter 7: closed forms,
+# variants and independent counts (PyTorch modules, Hugging Face transformers)
+
+
+def test_count_block_closed_form_matches_the_table():
+    assert count_block(512, 2048) == 1_050_624 + 2_099_712 + 2_048 == 3_152_384
+    assert count_block(768, 3072) == 7_087_872
+    for d, h, d_ff in ((64, 4, 256), (48, 3, 100), (384, 6, 1536)):
+        cfg = GPTConfig(V=11, ctx=7, d=d, L=1, h=h, d_ff=d_ff)
+        assert count_block(d, d_ff) == count_breakdown(cfg)["one block"]
+    with pytest.raises(ValueError, match=r"d_ff: expected a positive integer, got 0"):
+        count_block(64, 0)
+
+
+def test_rule_of_thumb_and_its_error():
+    assert count_approx(GPT2_SMALL) == 12 * 12 * 768**2 + 50_257 * 768 + 1_024 * 768
+    assert count_approx(GPT2_SMALL) == 124_318_464
+    err_block = (7_087_872 - 12 * 768**2) / 7_087_872
+    assert round(100 * err_block, 2) == 0.14
+    err_total = (count_params(GPT2_SMALL) - count_approx(GPT2_SMALL)) / count_params(GPT2_SMALL)
+    assert round(100 * err_total, 3) == 0.098
+    untied = dataclasses.replace(GPT2_SMALL, tied=False)
+    assert count_approx(untied) - count_approx(GPT2_SMALL) == 38_597_376
+
+
+def test_counts_without_some_entries_explain_other_published_figures():
+    c = GPT2_SMALL
+    assert count_params(c) - count_params(c, without=("b_qkv",)) == 12 * 3 * 768 == 27_648
+    linear_biases = ("b_qkv", "b_o", "b_1", "b_2")
+    assert count_params(c) - count_params(c, without=linear_biases) == 82_944
+    all_biases = (*linear_biases, "ln1_b", "ln2_b", "lnf_b")
+    assert count_params(c) - count_params(c, without=all_biases) == 82_944 + 19_200
+    assert count_params(c, without=("tok_emb", "pos_emb")) == 85_056_000   # non-embedding
+    assert count_params(c, without="b_qkv") == count_params(c, without=("b_qkv",))
+    with pytest.raises(ValueError, match=r"without: unknown parameter name 'b_ln'"):
+        count_params(c, without=("b_ln",))
+
+
+def test_gpt1_sized_model_is_the_117m():
+    gpt1 = GPTConfig(V=40_478, ctx=512, d=768, L=12, h=12)
+    assert count_params(gpt1, without=("lnf_g", "lnf_b")) == 116_534_784   # post-norm, no LN_f
+
+
+def test_shape_table_rows_and_kinds():
+    rows = shape_table(GPT2_SMALL)
+    assert [r.name for r in rows[:4]] == ["tok_emb", "pos_emb", "ln1_g", "ln1_b"]
+    qkv = next(r for r in rows if r.name == "W_qkv")
+    assert (qkv.spec, qkv.shape, qkv.times, qkv.count) == ("[d, 3d]", (768, 2304), 12, 21_233_664)
+    assert sum(r.count for r in rows) == 124_439_808
+    kinds = count_by_kind(GPT2_SMALL)
+    assert kinds == {"embeddings": 39_383_808, "attention": 28_348_416, "MLP": 56_669_184,
+                     "LayerNorms": 38_400, "total": 124_439_808}
+    untied = count_by_kind(dataclasses.replace(GPT2_SMALL, tied=False))
+    assert untied["head"] == 38_597_376 and untied["total"] == 163_037_184
+    assert shape_table(dataclasses.replace(TOY, tied=False))[-1].name == "head"
+
+
+def test_torch_block_with_multihead_attention():
+    d, h, d_ff = 768, 12, 3072
+    block = torch.nn.ModuleList([torch.nn.LayerNorm(d), torch.nn.MultiheadAttention(d, h),
+                                 torch.nn.LayerNorm(d), torch.nn.Linear(d, d_ff),
+                                 torch.nn.Linear(d_ff, d)])
+    assert sum(p.numel() for p in block.parameters()) == 7_087_872
+
+
+def test_hugging_face_gpt2_counts_the_same():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("meta"):                    # GPT-2 small's shapes; nothing downloaded
+        hf = GPT2LMHeadModel(GPT2Config(vocab_size=50_257, n_positions=1_024, n_embd=768,
+                                        n_layer=12, n_head=12))
+    assert hf.lm_head.weight is hf.transformer.wte.weight          # tied: counted once
+    assert sum(p.numel() for p in hf.parameters()) == count_params(GPT2_SMALL) == 124_439_808
+
+    torch.manual_seed(0)                          # a toy one with real random weights
+    kw = dict(vocab_size=65, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+              bos_token_id=0, eos_token_id=0)
+    tiny = GPT2LMHeadModel(GPT2Config(**kw))
+    assert sum(p.numel() for p in tiny.parameters()) == count_params(TOY) == 108_352
+    untied = GPT2LMHeadModel(GPT2Config(**kw, tie_word_embeddings=False))
+    assert sum(p.numel() for p in untied.parameters()) == count_params(
+        dataclasses.replace(TOY, tied=False)) == 108_352 + 65 * 64
+
+
+def test_hugging_face_gpt1_counts_the_same():
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    with torch.device("meta"):
+        hf = OpenAIGPTLMHeadModel(OpenAIGPTConfig())          # V = 40,478, ctx = 512
+    gpt1 = GPTConfig(V=40_478, ctx=512, d=768, L=12, h=12)
+    assert sum(p.numel() for p in hf.parameters()) == count_params(
+        gpt1, without=("lnf_g", "lnf_b"))

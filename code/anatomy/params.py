@@ -12,8 +12,9 @@ the output head (tied weights): logits = x @ tok_emb^T.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -99,9 +100,93 @@ def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
     return {name: resolve(spec, **sizes) for name, spec in param_specs(cfg).items()}
 
 
-def count_params(cfg: GPTConfig) -> int:
-    """Total number of parameters, summed over the shape table."""
-    return sum(math.prod(shape) for shape in param_shapes(cfg).values())
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]          # "blocks.3.W_qkv" -> "W_qkv"
+
+
+def count_params(cfg: GPTConfig, *, without: Iterable[str] = ()) -> int:
+    """Total number of parameters, summed over the shape table.
+
+    ``without`` leaves out entries by their short name (``"b_qkv"`` drops the QKV bias of
+    every block; ``("tok_emb", "pos_emb")`` gives the non-embedding count), which is how the
+    chapter explains other published counts of the "same" model.
+    """
+    without = set(without) if not isinstance(without, str) else {without}
+    known = {*_EMBEDDING_SPECS, *_BLOCK_SPECS, *_FINAL_SPECS, *_HEAD_SPECS}
+    unknown = sorted(without - known)
+    if unknown:
+        raise ValueError(f"without: unknown parameter name {unknown[0]!r} (expected short "
+                         f"names from the shape table: {', '.join(sorted(known))})")
+    return sum(math.prod(shape) for name, shape in param_shapes(cfg).items()
+               if _short(name) not in without)
+
+
+def count_block(d: int, d_ff: int) -> int:
+    """Parameters of one pre-norm block, in closed form (chapter 7, exercise 7.1).
+
+    Attention 4d^2 + 4d, MLP 2 d d_ff + d_ff + d, two LayerNorms 4d.
+    """
+    d, d_ff = check_positive_int(d, "d"), check_positive_int(d_ff, "d_ff")
+    attention = d * 3 * d + 3 * d + d * d + d          # W_qkv, b_qkv, W_o, b_o
+    mlp = d * d_ff + d_ff + d_ff * d + d               # W_1, b_1, W_2, b_2
+    norms = 2 * (d + d)                                # ln1 and ln2, each a gain g and a shift b
+    return attention + mlp + norms
+
+
+def count_approx(cfg: GPTConfig) -> int:
+    """The rule of thumb N ~ L (4d^2 + 2 d d_ff) + V d + ctx d, i.e. 12 L d^2 + V d + ctx d
+    when d_ff = 4d: only the matrices and the tables, no biases or LayerNorms (an untied
+    head adds another V d)."""
+    per_block = 4 * cfg.d**2 + 2 * cfg.d * cfg.d_ff
+    tables = (cfg.V + cfg.ctx + (0 if cfg.tied else cfg.V)) * cfg.d
+    return cfg.L * per_block + tables
+
+
+class ShapeRow(NamedTuple):
+    """One line of the printed shape table: a per-block entry appears once, with times = L."""
+
+    name: str
+    spec: str
+    shape: tuple[int, ...]
+    times: int
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.shape) * self.times
+
+
+def shape_table(cfg: GPTConfig) -> list[ShapeRow]:
+    """The shape table folded for printing: tok_emb, pos_emb, the 12 entries of a block
+    (each counted L times), the final LayerNorm and (if untied) the head.
+
+    The counts sum to :func:`count_params`.
+    """
+    specs, shapes = param_specs(cfg), param_shapes(cfg)
+    rows = []
+    for name, spec in specs.items():
+        if name.startswith("blocks.") and not name.startswith("blocks.0."):
+            continue
+        block = name.startswith("blocks.0.")
+        rows.append(ShapeRow(_short(name) if block else name, spec, shapes[name],
+                             cfg.L if block else 1))
+    return rows
+
+
+def count_by_kind(cfg: GPTConfig) -> dict[str, int]:
+    """Where the parameters live: "embeddings" (token + position tables), "attention" and
+    "MLP" (all blocks, biases included), "LayerNorms" (all of them, the final one included),
+    "head" (only if untied) and "total"."""
+    rows = count_breakdown(cfg)
+    kinds = {
+        "embeddings": rows["token embedding"] + rows["position embedding"],
+        "attention": cfg.L * rows["attention per block"],
+        "MLP": cfg.L * rows["MLP per block"],
+        "LayerNorms": cfg.L * rows["LayerNorms per block"] + rows["final LayerNorm"],
+    }
+    if not cfg.tied:
+        kinds["head"] = rows["untied head"]
+    kinds["total"] = rows["total"]
+    return kinds
 
 
 def count_breakdown(cfg: GPTConfig) -> dict[str, int]:
