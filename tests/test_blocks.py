@@ -7,8 +7,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anatomy.blocks import block, block_writes, gelu, layer_norm, mlp, relu
-from anatomy.params import GPTConfig, block_params, init_params
+from anatomy.blocks import (
+    block,
+    block_stack,
+    block_writes,
+    gelu,
+    layer_norm,
+    mlp,
+    relu,
+    residual_pieces,
+)
+from anatomy.params import GPT2_SMALL, GPTConfig, block_params, count_breakdown, init_params
 
 CFG = GPTConfig(V=11, ctx=8, d=16, L=1, h=4, d_ff=48)
 
@@ -104,6 +113,60 @@ def test_torch_prenorm_block_of_gpt2_small_has_7_087_872_parameters(torch_refere
     with torch.device("meta"):                  # shapes only: nothing is allocated
         ref_block = torch_reference.Block(768, 12, 3072)
     assert sum(p.numel() for p in ref_block.parameters()) == 7_087_872
+
+
+# ---------------------------------------------------------------- chapter 6's figures
+
+
+def test_mlp_holds_two_thirds_of_a_gpt2_small_block():
+    rows, d = count_breakdown(GPT2_SMALL), GPT2_SMALL.d
+    assert (8 * d * d, 12 * d * d) == (4_718_592, 7_077_888)
+    assert rows["MLP per block"] == 8 * d * d + 4 * d + d          # plus b_1 and b_2
+    assert abs(rows["MLP per block"] / rows["one block"] - 2 / 3) < 1e-3
+
+
+def test_layer_norm_over_the_sequence_axis_leaks_from_later_tokens():
+    x = np.random.default_rng(8).standard_normal((5, 16))
+    changed = x.copy()
+    changed[-1] += 3.0                                   # only the last token changes
+    ones, zeros = np.ones(16), np.zeros(16)
+    per_token = layer_norm(changed, ones, zeros)[:-1] - layer_norm(x, ones, zeros)[:-1]
+    assert np.abs(per_token).max() == 0.0
+
+    def over_sequence(a):                                # the mistake: axis 0, the T positions
+        return (a - a.mean(axis=0)) / np.sqrt(a.var(axis=0) + 1e-5)
+
+    assert np.abs(over_sequence(changed)[:-1] - over_sequence(x)[:-1]).max() > 0.1
+    assert np.abs(over_sequence(x[:1])).max() == 0.0    # T = 1: nothing left to normalise over
+
+
+def _stack(L: int, seed: int = 9, scale: float = 10.0) -> list[dict[str, np.ndarray]]:
+    cfg = GPTConfig(V=11, ctx=8, d=16, L=L, h=4)
+    params = init_params(cfg, np.random.default_rng(seed))
+    return [{k: v * scale if k.startswith("W_") else v for k, v in block_params(params, i).items()}
+            for i in range(L)]
+
+
+def test_final_stream_is_embedding_plus_every_write_exactly():
+    blocks = _stack(4)
+    x = np.random.default_rng(10).standard_normal((2, 5, 16))
+    pieces = residual_pieces(x, blocks, 4)
+    assert list(pieces) == ["embed", "0.attn", "0.mlp", "1.attn", "1.mlp", "2.attn", "2.mlp",
+                            "3.attn", "3.mlp"]
+    assert all(v.shape == (2, 5, 16) for v in pieces.values())
+    out = block_stack(x, blocks, 4)
+    assert out.shape == x.shape
+    np.testing.assert_array_equal(out, sum(pieces.values()))       # same order of additions
+    np.testing.assert_allclose(out, np.sum(list(pieces.values()), axis=0), atol=1e-12)
+    assert min(np.abs(v).max() for v in pieces.values()) > 0.01    # every write is visible
+
+
+def test_stack_of_zero_blocks_is_the_identity():
+    x = np.random.default_rng(11).standard_normal((5, 16))
+    zeros = [{k: np.zeros_like(v) for k, v in p.items()} for p in _stack(3)]
+    np.testing.assert_array_equal(block_stack(x, zeros, 4), x)
+    assert list(residual_pieces(x, [], 4)) == ["embed"]
+    np.testing.assert_array_equal(block_stack(x, [], 4), x)
 
 
 # ---------------------------------------------------------------- errors

@@ -12,7 +12,7 @@ Shapes in equal shapes out ([..., T, d] -> [..., T, d]), which is why blocks sta
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -142,3 +142,38 @@ def block(x: np.ndarray, p: Mapping[str, np.ndarray], h: int, causal: bool = Tru
     writes = block_writes(x, p, h, causal=causal, mask=mask, act=act)
     # Same order of additions as inside block_writes, so the result is bitwise the same.
     return np.asarray(x) + writes.attn + writes.mlp
+
+
+def block_stack(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: int,
+                causal: bool = True, act: Callable[[np.ndarray], np.ndarray] = gelu
+                ) -> np.ndarray:
+    """Run pre-norm blocks one after another; each block's output is the next one's input.
+
+    No final LayerNorm: this is the residual stream as the last block leaves it.
+
+    Shapes: x [..., T, d], blocks: L dicts of block weights -> [..., T, d]
+    """
+    for p in blocks:
+        x = block(x, p, h, causal=causal, act=act)     # [..., T, d] -> [..., T, d]
+    return np.asarray(x)
+
+
+def residual_pieces(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: int,
+                    causal: bool = True, act: Callable[[np.ndarray], np.ndarray] = gelu
+                    ) -> dict[str, np.ndarray]:
+    """Everything that is added into the residual stream by a stack of blocks, in order.
+
+    Keys: "embed" (the input x itself), then "0.attn", "0.mlp", "1.attn", ... (what each
+    sublayer of block i writes). Their sum, taken in this order, is exactly
+    :func:`block_stack`'s output: the final stream is the embedding plus every write
+    (Elhage et al., 2021).
+
+    Shapes: x [..., T, d], blocks: L dicts of block weights -> each piece [..., T, d]
+    """
+    x = np.asarray(x)
+    pieces = {"embed": x}
+    for i, p in enumerate(blocks):
+        writes = block_writes(x, p, h, causal=causal, act=act)
+        pieces[f"{i}.attn"], pieces[f"{i}.mlp"] = writes.attn, writes.mlp
+        x = x + writes.attn + writes.mlp               # [..., T, d], same sums as block()
+    return pieces

@@ -1,0 +1,157 @@
+"""Chapter 6's figures: GELU against ReLU, the residual stream's pieces, and the gradient
+profiles of pre-norm and post-norm stacks; plus the lab that explores the residual stream."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..blocks import gelu, relu, residual_pieces
+from .common import figure_png
+
+SHOW = ("all", "attn", "mlp")
+
+
+def gelu_minimum(lo: float = -3.0, hi: float = 0.0, n: int = 300_001) -> tuple[float, float]:
+    """Where GELU (tanh form) dips lowest, and how low: (x_min, gelu(x_min)), on a fine grid."""
+    xs = np.linspace(lo, hi, n)
+    ys = gelu(xs)
+    i = int(np.argmin(ys))
+    return float(xs[i]), float(ys[i])
+
+
+def draw_gelu(lo: float = -4.0, hi: float = 3.0):
+    """GELU and ReLU on one axis, with GELU's negative dip marked. Returns the figure."""
+    xs = np.linspace(lo, hi, 701)
+    x_min, y_min = gelu_minimum()
+    fig, ax = plt.subplots(figsize=(5.2, 3.0))
+    ax.plot(xs, relu(xs), color="grey", linestyle="--", label="ReLU  max(x, 0)")
+    ax.plot(xs, gelu(xs), color="tab:blue", label="GELU (tanh form)")
+    ax.plot([x_min], [y_min], "o", color="tab:red")
+    ax.annotate(f"minimum {y_min:.3f}\nat x = {x_min:.2f}", (x_min, y_min),
+                xytext=(x_min - 2.6, 0.9), fontsize=8,
+                arrowprops={"arrowstyle": "->", "color": "tab:red"})
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xlabel("x")
+    ax.set_title(f"GELU vs ReLU, elementwise: x {[len(xs)]} -> {[len(xs)]}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _kind(name: str) -> str:
+    return "embed" if name == "embed" else name.split(".")[1]
+
+
+def contributions(pieces: Mapping[str, np.ndarray], token: int) -> dict[str, float]:
+    """How much each piece adds to the final vector of ``token``, measured along it.
+
+    The final vector is f = sum of the pieces; piece k contributes <piece_k, f> / |f|. The
+    contributions add up to |f| exactly (to rounding), so a bar chart of them is a true
+    decomposition of the final vector's length; a negative bar points against it.
+
+    Shapes: pieces each [T, d] -> one number per piece
+    """
+    final = sum(np.asarray(v)[token] for v in pieces.values())     # [d]
+    norm = float(np.linalg.norm(final))
+    return {name: float(np.asarray(v)[token] @ final) / norm for name, v in pieces.items()}
+
+
+def draw_residual(pieces: Mapping[str, np.ndarray], token: int = -1, show: str = "all"):
+    """Two panels for one token: the stream's norm after every sublayer, and the final
+    vector's length split into what each piece contributed.
+
+    ``show`` picks the writes drawn as their own bars ("all", "attn" or "mlp"); the others are
+    lumped into one "other writes" bar, so the bars still add up to the final length.
+
+    Shapes: pieces each [T, d] (from :func:`anatomy.blocks.residual_pieces`)
+    """
+    if show not in SHOW:
+        raise ValueError(f"show: expected one of {SHOW}, got {show!r}")
+    names = list(pieces)
+    T, d = np.shape(pieces["embed"])
+    t = token % T
+    stream = np.cumsum([np.asarray(pieces[n])[t] for n in names], axis=0)   # [pieces, d]
+    parts = contributions(pieces, t)
+    bars = {n: v for n, v in parts.items() if n == "embed" or show in ("all", _kind(n))}
+    rest = sum(v for n, v in parts.items() if n not in bars)
+    if len(bars) < len(parts):
+        bars["other writes"] = rest
+    colors = {"embed": "tab:grey", "attn": "tab:orange", "mlp": "tab:green"}
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.2),
+                                      gridspec_kw={"width_ratios": [1, 1.3]})
+    left.plot(range(len(names)), np.linalg.norm(stream, axis=-1), "o-", color="tab:blue")
+    left.set_xticks(range(len(names)), names, rotation=60, fontsize=7)
+    left.set_ylabel("|stream|")
+    left.set_ylim(bottom=0)
+    left.set_title(f"stream norm after each write, token {t}\nstream [T, d] = [{T}, {d}]",
+                   fontsize=9)
+    right.bar(range(len(bars)), list(bars.values()),
+              color=[colors.get(_kind(n) if n != "other writes" else "", "tab:purple")
+                     for n in bars])
+    right.axhline(sum(parts.values()), color="black", linestyle="--", linewidth=1,
+                  label=f"|final| = {sum(parts.values()):.2f}")
+    right.axhline(0, color="black", linewidth=0.5)
+    right.set_xticks(range(len(bars)), list(bars), rotation=60, fontsize=7)
+    right.set_title("each piece's share of the final vector\n<piece, final> / |final|",
+                    fontsize=9)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def residual_lab(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: int):
+    """An ipywidgets lab: choose how many blocks run, which token, and which writes to show.
+
+    Uses only widgets common to ipywidgets 7.7 and 8.x; the picture goes to an Image widget,
+    set after ``display`` so the recorded output stays small and stable.
+
+    Shapes: x [T, d], blocks: up to L dicts of block weights
+    """
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    T = np.shape(x)[0]
+    n_blocks = widgets.IntSlider(value=len(blocks), min=1, max=len(blocks), description="blocks")
+    token = widgets.Dropdown(options=list(range(T)), value=T - 1, description="token")
+    show = widgets.ToggleButtons(options=list(SHOW), value="all", description="writes")
+    picture, caption = widgets.Image(format="png"), widgets.HTML()
+
+    def update(_change=None):
+        pieces = residual_pieces(x, blocks[: n_blocks.value], h)
+        picture.value = figure_png(draw_residual(pieces, token.value, show.value))
+        t = token.value
+        final = sum(np.asarray(v)[t] for v in pieces.values())        # [d]
+        caption.value = (f"{len(pieces)} pieces (the embedding and {len(pieces) - 1} writes); "
+                         f"token {t}: |embed| = {np.linalg.norm(x[t]):.2f}, "
+                         f"|final| = {np.linalg.norm(final):.2f}")
+
+    for w in (n_blocks, token, show):
+        w.observe(update, names="value")
+    display(widgets.VBox([widgets.HBox([n_blocks, token]), show, picture, caption]))
+    update()
+
+
+def draw_grad_profiles(full: Mapping[str, object], skip: Mapping[str, object]):
+    """Gradient norms per block for pre- and post-norm: the full gradient of each block's
+    weights (left) and the gradient that reaches each block along the skip path alone (right).
+
+    ``full`` and ``skip`` map "pre" and "post" to :class:`anatomy.norm_placement.GradProfile`.
+    """
+    styles = {"pre": ("tab:blue", "pre-norm  x + f(LN(x))"),
+              "post": ("tab:red", "post-norm  LN(x + f(x))")}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.2), sharex=True)
+    for name, (color, label) in styles.items():
+        left.semilogy(full[name].params, color=color, label=label)
+        right.semilogy(skip[name].stream, color=color, label=label)
+    L = len(full["pre"].params)
+    left.set_title(f"|grad of block l's weights|, L = {L}", fontsize=9)
+    right.set_title("|grad of the stream entering block l|,\nskip path only", fontsize=9)
+    for ax in (left, right):
+        ax.set_xlabel("block l (0 = nearest the input)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
