@@ -1,15 +1,31 @@
 """anatomy.gpt_numpy: chapter 8's "nasi lemak" model, causality, batching, the residual
-decomposition, the loss, generation, and parity with a GPT built from torch.nn modules
-(float64 within 1e-12)."""
+decomposition, the embedding, the loss, generation (with and without a KV cache) and its
+cost, and parity with a GPT built from torch.nn modules (float64 within 1e-12) and with
+anatomy.gpt_torch (float64 within 1e-10, float32 within 1e-5)."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from anatomy.blocks import relu
-from anatomy.gpt_numpy import forward, forward_cached, generate, lm_loss, loss
-from anatomy.params import TOY, GPTConfig, init_params
+from anatomy.attention import scaled_scores, softmax
+from anatomy.blocks import layer_norm, mlp, relu
+from anatomy.gpt_numpy import (
+    embed,
+    forward,
+    forward_cached,
+    generate,
+    generate_cached,
+    lm_loss,
+    loss,
+    next_token_distribution,
+    next_token_loss,
+    step_macs,
+)
+from anatomy.gpt_torch import from_numpy
+from anatomy.heads import merge_heads, split_heads
+from anatomy.masks import causal_mask
+from anatomy.params import GPT2_SMALL, TOY, GPTConfig, init_params
 
 TINY = GPTConfig(V=13, ctx=8, d=16, L=2, h=2, d_ff=32)
 
@@ -29,7 +45,8 @@ def _random_params(cfg, seed):
 # ---------------------------------------------------------------- chapter 8 worked example
 
 
-def test_ch8_nasi_lemak():
+def _nasi_lemak():
+    """Chapter 8's one-block model: draws in the syllabus's order, g = 1, b = 0, no biases."""
     text = "nasi lemak"
     vocab = sorted(set(text))
     V, T, d, h, d_ff = len(vocab), 5, 16, 2, 64
@@ -47,6 +64,11 @@ def test_ch8_nasi_lemak():
               "lnf_g": ones, "lnf_b": zeros}
     cfg = GPTConfig(V=V, ctx=T, d=d, L=1, h=h, d_ff=d_ff)
     ids = np.array([vocab.index(c) for c in "nasi "])
+    return vocab, params, cfg, ids
+
+
+def test_ch8_nasi_lemak():
+    vocab, params, cfg, ids = _nasi_lemak()
     logits, trace = forward(params, ids, cfg, act=relu, return_trace=True)
     assert trace["embed"].shape == (5, 16)
     assert (trace["embed"] @ params["blocks.0.W_qkv"]).shape == (5, 48)
@@ -57,6 +79,24 @@ def test_ch8_nasi_lemak():
     probs = dict(zip(vocab, np.round(e / e.sum(), 3).tolist(), strict=True))
     assert probs == {" ": 0.211, "a": 0.115, "e": 0.112, "i": 0.123, "k": 0.062,
                      "l": 0.151, "m": 0.076, "n": 0.090, "s": 0.060}
+    assert max(probs, key=probs.get) == " "       # the character just read (tied head)
+
+
+def test_ch8_nasi_lemak_by_hand_equals_forward():
+    """The chapter's step-by-step route through the block gives forward()'s logits."""
+    vocab, p, cfg, ids = _nasi_lemak()
+    ones, zeros = np.ones(cfg.d), np.zeros(cfg.d)
+    x = embed(p["tok_emb"], p["pos_emb"], ids)                         # [5, 16]
+    qkv = layer_norm(x, ones, zeros) @ p["blocks.0.W_qkv"]             # [5, 48]
+    q, k, v = (split_heads(t, cfg.h) for t in np.split(qkv, 3, axis=-1))
+    scores = scaled_scores(q, k)                                       # [2, 5, 5]
+    weights = softmax(np.where(causal_mask(5), -np.inf, scores))
+    x = x + merge_heads(weights @ v) @ p["blocks.0.W_o"]
+    x = x + mlp(layer_norm(x, ones, zeros), p["blocks.0.W_1"], None, p["blocks.0.W_2"], None,
+                act=relu)
+    logits = layer_norm(x, ones, zeros) @ p["tok_emb"].T               # [5, 9]
+    assert qkv.shape == (5, 48) and scores.shape == (2, 5, 5) and logits.shape == (5, 9)
+    np.testing.assert_allclose(logits, forward(p, ids, cfg, act=relu), atol=1e-14, rtol=0)
 
 
 # ---------------------------------------------------------------- properties
@@ -217,3 +257,110 @@ def test_bad_loss_and_generation_arguments_are_named(toy_params):
         forward_cached(toy_params, np.arange(5), TOY, cache)
     with pytest.raises(ValueError, match=r"cache: expected L = 2 \(K, V\) pairs"):
         forward_cached(toy_params, np.arange(5), TOY, cache[:1])
+
+
+# ---------------------------------------------------------------- chapter 8 additions
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-10), (np.float32, 1e-5)])
+def test_matches_anatomy_gpt_torch(dtype, tol):
+    """The chapter's parity figure: the library's PyTorch GPT, loaded with the same NumPy
+    weights (every entry perturbed, so no LayerNorm or bias is trivial)."""
+    params = {k: v.astype(dtype) for k, v in _random_params(TOY, 9).items()}
+    ids = np.random.default_rng(9).integers(0, TOY.V, size=(2, 32))
+    model = from_numpy(params, TOY).eval()
+    with torch.no_grad():
+        ref = model(torch.from_numpy(ids)).numpy()
+    got = forward(params, ids, TOY)
+    assert got.dtype == ref.dtype == dtype and np.abs(ref).max() > 1.0
+    np.testing.assert_allclose(got, ref, atol=tol, rtol=0)
+
+
+def test_ch8_loss_at_init_and_greedy_repeats_the_last_prompt_token(toy_params):
+    batch = np.random.default_rng(1).integers(0, TOY.V, size=(8, TOY.ctx))
+    assert abs(lm_loss(toy_params, batch, TOY) - np.log(65)) < 0.05     # ln 65 = 4.17
+    out = generate(toy_params, np.array([1, 2, 3, 4, 5]), TOY, n_new=10)
+    np.testing.assert_array_equal(out[5:], 5)
+
+
+def test_embed_adds_token_rows_and_the_first_t_position_rows():
+    rng = np.random.default_rng(10)
+    tok_emb, pos_emb = rng.standard_normal((7, 4)), rng.standard_normal((6, 4))
+    ids = np.array([[3, 0, 6], [1, 1, 2]])
+    x = embed(tok_emb, pos_emb, ids)
+    assert x.shape == (2, 3, 4)
+    np.testing.assert_array_equal(x[1], tok_emb[[1, 1, 2]] + pos_emb[:3])
+    np.testing.assert_array_equal(embed(tok_emb, pos_emb, ids[0], start=2),
+                                  tok_emb[[3, 0, 6]] + pos_emb[2:5])
+    with pytest.raises(ValueError, match=r"pos_emb: expected shape \[ctx, d\] = \(6, 4\), "
+                                         r"got \(6, 3\)"):
+        embed(tok_emb, pos_emb[:, :3], ids)
+    with pytest.raises(ValueError, match=r"ids: expected integers in \[0, V\) = \[0, 7\)"):
+        embed(tok_emb, pos_emb, np.array([7]))
+    with pytest.raises(ValueError, match=r"start: positions 4\.\.6 exceed ctx=6"):
+        embed(tok_emb, pos_emb, ids, start=4)
+
+
+def test_next_token_loss_scores_row_t_against_token_t_plus_1():
+    rng = np.random.default_rng(11)
+    logits, ids = rng.standard_normal((3, 6, 5)), rng.integers(0, 5, size=(3, 6))
+    value = next_token_loss(logits, ids)
+    assert value == pytest.approx(loss(logits[:, :-1], ids[:, 1:]), abs=1e-15)
+    picked = [-np.log(softmax(logits[b, t]))[ids[b, t + 1]] for b in range(3) for t in range(5)]
+    assert value == pytest.approx(np.mean(picked), abs=1e-12)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        assert np.isfinite(next_token_loss(logits * 1e4, ids))
+    with pytest.raises(ValueError, match=r"ids: expected shape \[\.\.\., T\] = \(3, 6\)"):
+        next_token_loss(logits, ids[:, 1:])
+    with pytest.raises(ValueError, match=r"T >= 2"):
+        next_token_loss(logits[:, :1], ids[:, :1])
+
+
+def test_next_token_distribution_temperature_and_top_k():
+    logits = np.array([[2.0, 1.0, 0.5, -1.0], [0.0, 0.0, 3.0, 3.0]])
+    p = next_token_distribution(logits)
+    np.testing.assert_allclose(p, softmax(logits), atol=1e-15)
+    np.testing.assert_allclose(next_token_distribution(logits, 0.5), softmax(2 * logits))
+    top2 = next_token_distribution(logits, top_k=2)
+    assert (top2[0, 2:] == 0).all() and (top2[1, :2] == 0).all()
+    np.testing.assert_allclose(top2.sum(axis=-1), 1.0)
+    np.testing.assert_allclose(top2[0, :2], softmax(logits[0, :2]))
+    # Ties with the k-th largest are kept: both 3.0s survive top_k=1.
+    np.testing.assert_allclose(next_token_distribution(logits[1], top_k=1), [0, 0, 0.5, 0.5])
+    cold, hot = next_token_distribution(logits[0], 0.01), next_token_distribution(logits[0], 1e3)
+    assert cold[0] > 0.999 and np.abs(hot - 0.25).max() < 1e-2
+    with pytest.raises(ValueError, match=r"temperature: expected a number > 0"):
+        next_token_distribution(logits, 0.0)
+    with pytest.raises(ValueError, match=r"top_k: expected an integer in \[1, V\] = \[1, 4\]"):
+        next_token_distribution(logits, top_k=5)
+
+
+def test_generate_cached_gives_the_tokens_of_generate():
+    params = _random_params(TINY, 12)
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(generate_cached(params, prompt, TINY, 5),
+                                  generate(params, prompt, TINY, 5))
+    kwargs = {"temperature": 1.5, "top_k": 4}
+    a = generate_cached(params, prompt[0], TINY, 5, rng=np.random.default_rng(3), **kwargs)
+    b = generate(params, prompt[0], TINY, 5, rng=np.random.default_rng(3), **kwargs)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"n_new: T \+ n_new = 3 \+ 6 exceeds ctx=8"):
+        generate_cached(params, prompt, TINY, 6)
+    with pytest.raises(ValueError, match=r"rng: sampling with temperature > 0 needs"):
+        generate_cached(params, prompt, TINY, 2, temperature=1.0)
+
+
+def test_step_macs_counts_by_hand():
+    c = TINY                                          # d = 16, L = 2, d_ff = 32, V = 13
+    full = step_macs(c, 3, cached=False)
+    assert full == {"projections": 2 * 3 * 4 * 16 * 16, "attention": 2 * 2 * 9 * 16,
+                    "mlp": 2 * 3 * 2 * 16 * 32, "head": 3 * 16 * 13,
+                    "total": 6144 + 576 + 6144 + 624}
+    kv = step_macs(c, 3, cached=True)
+    assert kv == {"projections": 2 * 4 * 16 * 16, "attention": 2 * 2 * 3 * 16,
+                  "mlp": 2 * 2 * 16 * 32, "head": 16 * 13, "total": 2048 + 192 + 2048 + 208}
+    assert step_macs(c, 1, cached=False) == step_macs(c, 1, cached=True)
+    # GPT-2 small, one token: 12 (4 d^2 + 2 d d_ff) + 2 L d + d V multiply-adds (the chapter).
+    assert step_macs(GPT2_SMALL, 1, cached=True)["total"] == 123_550_464
+    with pytest.raises(ValueError, match=r"T: T=9 exceeds ctx=8"):
+        step_macs(c, 9, cached=True)

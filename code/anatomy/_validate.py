@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 import numpy as np
 
 _DIM = re.compile(r"^(\d*)([A-Za-z_][A-Za-z0-9_]*)$")
 
 
-def _parse(spec: str) -> tuple[bool, list[tuple[int, str | None]]]:
+@lru_cache(maxsize=256)  # the same few specs are parsed on every call of every function
+def _parse(spec: str) -> tuple[bool, tuple[tuple[int, str | None], ...]]:
     """Split "[..., T, 3d]" into (has_ellipsis, [(1, "T"), (3, "d")]); a literal is (n, None)."""
     body = spec.strip()
     if not (body.startswith("[") and body.endswith("]")):
@@ -39,7 +41,7 @@ def _parse(spec: str) -> tuple[bool, list[tuple[int, str | None]]]:
         if match is None:
             raise ValueError(f"bad dimension {token!r} in shape spec {spec!r}")
         dims.append((int(match.group(1) or 1), match.group(2)))
-    return ellipsis, dims
+    return ellipsis, tuple(dims)
 
 
 def resolve(spec: str, **sizes: int) -> tuple[int, ...]:

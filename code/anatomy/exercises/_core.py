@@ -143,7 +143,7 @@ def expect_close(got, want, *, case: str, name: str = "the result", atol: float 
     arr = expect_shape(got, want.shape, case=case, name=name)
     if np.all(np.isfinite(want)):
         expect_finite(arr, case=case, name=name, hint=hint)
-    diff = np.abs(arr - want)
+    diff = np.array(np.abs(arr - want))  # an array even for 0-d inputs, so it is writable
     diff[np.isnan(diff) & (arr == want)] = 0.0  # matching infinities
     if diff.size and np.nanmax(diff) > atol:
         at = np.unravel_index(int(np.nanargmax(diff)), diff.shape)

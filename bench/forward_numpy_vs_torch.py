@@ -1,0 +1,81 @@
+"""NumPy forward pass vs the PyTorch GPT on the same weights, on the CPU (run by hand).
+
+GPT-2 small's shape (V = 50257, ctx = 1024, d = 768, L = 12, h = 12) with random float32
+weights, one sequence of T = 64 and T = 256 tokens. Both sides use the same number of
+threads, set before NumPy and torch are imported (``--threads``, default 1: the same as
+``make test``). Prints a table of the best time of ``--repeats`` runs, and the ratio
+NumPy / PyTorch (1.00 = as fast; the target is at most 1.5).
+
+    .venv/bin/python bench/forward_numpy_vs_torch.py [--threads N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _threads_from_argv() -> argparse.Namespace:
+    # Parsed before NumPy is imported: BLAS reads its thread count once, at load time.
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    return args
+
+
+ARGS = _threads_from_argv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from anatomy.gpt_numpy import forward  # noqa: E402
+from anatomy.gpt_torch import from_numpy  # noqa: E402
+from anatomy.params import GPT2_SMALL, init_params  # noqa: E402
+
+
+def best_of(fns, repeats: int) -> list[float]:
+    """Fastest of ``repeats`` timed calls of each function, in seconds.
+
+    The functions take turns (one warm-up call each first), so a burst of load from other
+    processes slows both sides alike instead of only one of them.
+    """
+    for fn in fns:
+        fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best
+
+
+def main() -> int:
+    torch.set_num_threads(ARGS.threads)
+    cfg = GPT2_SMALL
+    params = init_params(cfg, np.random.default_rng(0), dtype=np.float32)
+    model = from_numpy(params, cfg).eval()           # float32, the same numbers
+    print(f"GPT-2 small shape, random float32 weights, CPU, {ARGS.threads} thread(s), "
+          f"best of {ARGS.repeats}")
+    print(f"{'T':>5} | {'NumPy (ms)':>10} | {'PyTorch (ms)':>12} | {'NumPy/PyTorch':>13} | "
+          f"{'max |diff|':>10}")
+    for T in (64, 256):
+        ids = np.random.default_rng(T).integers(0, cfg.V, size=(1, T))
+        ids_t = torch.from_numpy(ids)
+        with torch.inference_mode():
+            t_numpy, t_torch = best_of([lambda ids=ids: forward(params, ids, cfg),
+                                        lambda ids_t=ids_t: model(ids_t)], ARGS.repeats)
+            ref = model(ids_t).numpy()
+        diff = np.abs(forward(params, ids, cfg) - ref).max()
+        print(f"{T:>5} | {t_numpy * 1e3:>10.1f} | {t_torch * 1e3:>12.1f} | "
+              f"{t_numpy / t_torch:>13.2f} | {diff:>10.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
