@@ -37,6 +37,10 @@ def machine() -> str:
 
 
 def main(paths: list[str]) -> int:
+    # Record under the same thread settings as `make nbval` (the Makefile exports these), so a
+    # direct `python .ci/record.py` records exactly what CI will compare against.
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
     seconds = json.loads(RUNTIMES.read_text())["seconds"] if RUNTIMES.exists() else {}
     for name in paths:
         path = Path(name)
