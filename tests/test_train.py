@@ -1,0 +1,219 @@
+"""anatomy.train: presets, the schedule, hardware facts, the loop, the CLI and torchrun."""
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from anatomy.checkpoint import load_checkpoint
+from anatomy.params import BABY_GPT, count_params
+from anatomy.train import (
+    PRESETS,
+    History,
+    TrainConfig,
+    lr_at,
+    mfu,
+    peak_flops,
+    preset,
+    preset_for,
+    train,
+)
+from anatomy.train.__main__ import parse_overrides
+from anatomy.train.hardware import choose_precision, pick_device
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ANATOMY_DATA") or ROOT.parent / "shared" / "data")
+# A few seconds of training: the tiny preset, shortened further.
+QUICK = dataclasses.replace(PRESETS["tiny"], max_steps=12, eval_every=4, eval_iters=2)
+
+
+def _env() -> dict:
+    env = dict(os.environ, ANATOMY_DATA=str(DATA))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "code"),
+                                                      env.get("PYTHONPATH")]))
+    return env
+
+
+# ---- config and presets --------------------------------------------------------------------
+
+def test_gpu_preset_is_the_baby_gpt():
+    cfg = PRESETS["gpu"]
+    assert (cfg.L, cfg.h, cfg.d, cfg.T, cfg.B) == (6, 6, 384, 256, 64)
+    assert (cfg.dropout, cfg.lr, cfg.max_steps, cfg.min_lr) == (0.2, 1e-3, 5000, 1e-4)
+    assert cfg.model_config(65) == BABY_GPT
+    assert round(count_params(cfg.model_config(65)) / 1e6, 1) == 10.8   # ~10.7M w/o pos_emb
+
+
+def test_cpu_preset_is_chapter_7s_toy_model():
+    assert count_params(PRESETS["cpu"].model_config(65)) == 108_352
+
+
+def test_preset_for_device():
+    assert preset_for("cpu") is PRESETS["cpu"]
+    assert preset_for("mps") is PRESETS["cpu-long"]
+    cpu_long = PRESETS["cpu-long"]
+    assert (cpu_long.L, cpu_long.h, cpu_long.d, cpu_long.T) == (4, 4, 128, 64)
+    with pytest.raises(ValueError, match="unknown name 'gpu2'.*cpu-long"):
+        preset("gpu2")
+
+
+def test_config_rejects_impossible_runs_and_round_trips():
+    with pytest.raises(ValueError, match="d=64 is not divisible by h=5"):
+        TrainConfig(h=5)
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(lr=1e-4, min_lr=1e-3)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        TrainConfig(warmup_steps=-1)
+    cfg = PRESETS["gpu"]
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="unknown field 'n_layer'"):
+        TrainConfig.from_dict({"n_layer": 3})
+
+
+def test_cli_set_is_typed_by_the_field():
+    got = parse_overrides(["L=4", "dropout=0.1", "compile=false", "betas=0.9,0.95",
+                           "attn=explicit"])
+    assert got == {"L": 4, "dropout": 0.1, "compile": False, "betas": (0.9, 0.95),
+                   "attn": "explicit"}
+    with pytest.raises(SystemExit, match="FIELD=VALUE"):
+        parse_overrides(["layers=4"])
+
+
+# ---- learning-rate schedule ----------------------------------------------------------------
+
+def test_lr_schedule_warms_up_then_follows_a_cosine():
+    cfg = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)                  # 1/10 of the peak
+    assert lr_at(9, cfg) == pytest.approx(1e-3) == lr_at(10, cfg)
+    assert lr_at(60, cfg) == pytest.approx((1e-3 + 1e-4) / 2)    # half way down the cosine
+    assert lr_at(110, cfg) == pytest.approx(1e-4) == lr_at(500, cfg)
+    warm = [lr_at(s, cfg) for s in range(10)]
+    decay = [lr_at(s, cfg) for s in range(10, 111)]
+    assert all(a < b for a, b in zip(warm, warm[1:], strict=False))
+    assert all(a > b for a, b in zip(decay, decay[1:], strict=False))
+    no_warmup = dataclasses.replace(cfg, warmup_steps=0)
+    assert lr_at(0, no_warmup) == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        lr_at(-1, cfg)
+
+
+# ---- hardware: peak FLOP/s, MFU, precision -------------------------------------------------
+
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12),
+    ("NVIDIA H200", 989e12), ("NVIDIA A100-SXM4-40GB", 312e12), ("NVIDIA L4", 121e12),
+    ("NVIDIA L40S", 362e12), ("Tesla T4", 65e12), ("Tesla V100-SXM2-16GB", 125e12),
+    ("NVIDIA A10G", None), ("NVIDIA GeForce GTX 1080", None),
+])
+def test_peak_flops_come_from_the_gpu_name(monkeypatch, name, peak):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert peak_flops("cuda") == peak
+
+
+def test_mfu_is_none_off_known_gpus_and_exact_on_them(monkeypatch):
+    assert peak_flops("cpu") is None and mfu(1e6, BABY_GPT, "cpu") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    flops = 6 * count_params(BABY_GPT) + 12 * 6 * 256 * 384     # 6N + 12 L T d
+    assert mfu(1e5, BABY_GPT, "cuda") == pytest.approx(flops * 1e5 / 312e12)
+    assert mfu(1e5, BABY_GPT, "cuda", world_size=2) == pytest.approx(flops * 1e5 / 624e12)
+
+
+@pytest.mark.parametrize("capability, dtype, scaled", [
+    ((7, 5), torch.float16, True), ((8, 0), torch.bfloat16, False),
+    ((9, 0), torch.bfloat16, False)])
+def test_precision_follows_compute_capability(monkeypatch, capability, dtype, scaled):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # T4 says so
+    precision = choose_precision("cuda")
+    assert precision.dtype == dtype
+    assert precision.scaler.is_enabled() == scaled
+
+
+def test_cpu_trains_in_float32():
+    precision = choose_precision("cpu")
+    assert precision.dtype is None and precision.name == "float32"
+    assert not precision.scaler.is_enabled()
+    assert pick_device().type in ("cpu", "cuda", "mps")
+
+
+# ---- the loop ------------------------------------------------------------------------------
+
+def test_same_seed_gives_a_bitwise_identical_run():
+    runs = [train(QUICK, progress=False, data_path=DATA, device="cpu") for _ in range(2)]
+    a, b = runs
+    assert len(a.step_loss) == 12
+    assert a.step_loss == b.step_loss                # bitwise: floats compared exactly
+    assert a.val_loss == b.val_loss and a.train_loss == b.train_loss
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(),
+                            strict=True):
+        assert torch.equal(p, q), name
+    other = train(dataclasses.replace(QUICK, seed=7), max_steps=2, progress=False,
+                  data_path=DATA, device="cpu")
+    assert other.step_loss != a.step_loss[:2]
+
+
+def test_history_records_every_evaluation_and_learns():
+    rows = []
+    history = train(QUICK, progress=False, log=rows.append, data_path=DATA, device="cpu")
+    assert history.step == [0, 4, 8, 12]
+    assert [r["step"] for r in rows] == history.step
+    assert set(rows[0]) == {"step", "train_loss", "val_loss", "lr"}
+    assert abs(history.val_loss[0] - math.log(65)) < 0.1
+    assert history.val_loss[-1] < history.val_loss[0] - 0.3
+    assert history.lr == [lr_at(s, QUICK) for s in history.step]
+    s = history.stats
+    assert s["tokens_per_s"] > 0 and s["wall_s"] > 0 and s["steps_run"] == 12
+    assert s["mfu"] is None and s["precision"] == "float32" and s["n_params"] == 15_872
+    table = history.table(digits=2)
+    assert table.splitlines()[1].split() == ["0", f"{history.train_loss[0]:.2f}",
+                                             f"{history.val_loss[0]:.2f}"]
+    assert "tok" not in table and "/s" not in table          # no timings in printed output
+    assert History.from_dict(history.to_dict()) == history
+
+
+def test_sampling_from_the_trained_model():
+    from anatomy.sampling import sample
+
+    history = train(QUICK, progress=False, data_path=DATA, device="cpu")
+    text = sample(history.model, history.tokenizer, "ROMEO:", 40, temperature=0.8, top_k=10,
+                  generator=torch.Generator().manual_seed(0))
+    assert text.startswith("ROMEO:") and len(text) == 46
+
+
+def test_fresh_run_does_not_clobber_a_checkpoint(tmp_path):
+    train(QUICK, tmp_path, max_steps=2, progress=False, data_path=DATA, device="cpu")
+    with pytest.raises(FileExistsError, match="resume=True"):
+        train(QUICK, tmp_path, progress=False, data_path=DATA, device="cpu")
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        train(QUICK, tmp_path / "empty", resume=True, progress=False, data_path=DATA)
+    with pytest.raises(ValueError, match="d=32 saved vs 64 given"):
+        train(dataclasses.replace(QUICK, d=64), tmp_path, resume=True, progress=False,
+              data_path=DATA, device="cpu")
+
+
+def test_torchrun_two_processes_follow_the_single_process_curve(tmp_path):
+    cfg = dataclasses.replace(PRESETS["tiny"], dropout=0.0, max_steps=16, eval_every=4)
+    one = train(cfg, progress=False, data_path=DATA, device="cpu")
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "anatomy.train", "--preset", "tiny", "--set", "dropout=0.0", "--max-steps", "16",
+         "--eval-every", "4", "--no-progress", "--device", "cpu", "--data", str(DATA),
+         "--out", str(tmp_path)],
+        env=dict(_env(), OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=180)
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert "2 process(es)" in two.stdout and two.stdout.count("done:") == 1  # rank 0 alone
+    saved = load_checkpoint(tmp_path / "ckpt.pt")["history"]
+    # Tolerance: the all-reduce averages two float32 half-batch means, which reorders sums;
+    # over 16 steps that moves the loss by about 1e-7 relative.
+    for key in ("step_loss", "train_loss", "val_loss"):
+        x, y = np.array(getattr(one, key)), np.array(saved[key])
+        assert x.shape == y.shape and len(x) > 0
+        np.testing.assert_allclose(y, x, rtol=1e-5, atol=0, err_msg=key)
+    assert one.step_loss[-1] < one.step_loss[0] - 0.3           # it did learn
