@@ -2,15 +2,24 @@
 
 One module per concept, in the order the chapters meet them:
 
-- ``attention``  softmax and scaled dot-product attention (chapter 1)
-- ``masks``      causal and padding masks (chapter 3)
-- ``heads``      splitting, merging and multi-head attention (chapter 4)
-- ``positions``  learned, sinusoidal and rotary position encodings (chapter 5)
-- ``blocks``     LayerNorm, GELU, the MLP and the pre-norm block (chapter 6)
-- ``params``     the config, the shape table and parameter counts (chapter 7)
-- ``gpt_numpy``  the whole GPT forward pass in NumPy (chapter 8)
-- ``gpt_torch``, ``data``, ``train``  the PyTorch model and its training (chapter 9)
-- ``exercises``  the checks behind every exercise cell
+- ``attention``       softmax and scaled dot-product attention (chapters 1-2)
+- ``masks``           causal and padding masks (chapter 3)
+- ``heads``           splitting, merging and multi-head attention (chapter 4)
+- ``positions``       learned, sinusoidal, rotary and ALiBi positions (chapter 5)
+- ``blocks``          LayerNorm, GELU, the MLP and the pre-norm block (chapter 6)
+- ``norm_placement``  pre-norm vs post-norm gradients, in PyTorch (chapter 6)
+- ``params``          the config, the shape table and parameter counts (chapter 7)
+- ``flops``           FLOPs, training compute and KV-cache memory (chapter 7)
+- ``gpt_numpy``       the whole GPT in NumPy: forward, loss, generation, KV cache (chapter 8)
+- ``gpt_torch``       the same GPT as PyTorch modules, with the same parameter names (8-9)
+- ``data``            Tiny Shakespeare, the character tokenizer and batches (chapter 9)
+- ``sampling``        temperature and top-k sampling from the PyTorch model (chapter 9)
+- ``checkpoint``      atomic, verified checkpoints that resume exactly (chapter 9)
+- ``train``           the training loop, presets, devices and data parallelism (chapter 9)
+- ``examples``        the worked examples' exact random draws
+- ``exercises``       the checks behind every exercise cell
+- ``viz``             figures and interactive labs (matplotlib and ipywidgets live only here)
+- ``glue``            numbers from code into the book's prose
 
 Importing the package does no work: no prints, downloads, seeding or plotting.
 """
