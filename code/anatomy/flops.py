@@ -25,7 +25,6 @@ import math
 from typing import NamedTuple
 
 from ._validate import check_positive_int, resolve
-from .heads import kv_cache_bytes as heads_kv_cache_bytes
 from .params import GPTConfig, count_params
 
 
@@ -105,9 +104,9 @@ def kv_cache_bytes(cfg: GPTConfig, T: int, B: int = 1, bytes_per_value: int = 2)
     bf16, 4 for fp32).
     """
     cfg = _check_cfg(cfg)
-    # Every head keeps its own keys and values here (h_kv = h), so h * d_head = d.
-    return heads_kv_cache_bytes(cfg.L, _check_len(T, cfg), cfg.h, cfg.d_head, B=B,
-                                itemsize=bytes_per_value)
+    T, B = _check_len(T, cfg), check_positive_int(B, "B")
+    bytes_per_value = check_positive_int(bytes_per_value, "bytes_per_value")
+    return 2 * cfg.L * T * cfg.d * B * bytes_per_value
 
 
 def weight_bytes(cfg: GPTConfig, bytes_per_value: int = 2) -> int:
