@@ -71,18 +71,21 @@ def fill_tables(app, doctree, docname) -> None:
         head += _row("Chapter", "Time on CPU")
         for stem, seconds in data["seconds"].items():
             title = app.env.titles.get(f"chapters/{stem}")
-            body += _row(title.astext() if title else stem, _describe(seconds))
+            # The title's own nodes, not its text: chapter 2's title holds math.
+            body += _row(title.deepcopy().children if title else [nodes.Text(stem)],
+                         _describe(seconds))
         total = sum(data["seconds"].values())
         body += _row("Whole book", _describe(total))
         caption = nodes.paragraph(text=f"Measured on {data['machine']}.")
         placeholder.replace_self([table, caption])
 
 
-def _row(*cells: str) -> nodes.row:
+def _row(*cells) -> nodes.row:
+    """A table row; each cell is a string or a list of inline nodes."""
     row = nodes.row()
-    for text in cells:
+    for cell in cells:
         entry = nodes.entry()
-        entry += nodes.paragraph(text=text)
+        entry += nodes.paragraph("", "", *([nodes.Text(cell)] if isinstance(cell, str) else cell))
         row += entry
     return row
 
