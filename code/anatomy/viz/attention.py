@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..attention import attention, scaled_scores
-from .common import figure_png
+from .common import figure_png, show_lab
 
 STAGES = ("X", "Q, K, V", "scores", "weights", "output")
 
@@ -81,7 +81,6 @@ def attention_lab(X, W_q, W_k, W_v, tokens: Sequence[str]):
     own output is just the widget, the same under Jupyter, Colab and nbval.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     stages = self_attention_stages(X, W_q, W_k, W_v)
     stage = widgets.SelectionSlider(options=list(STAGES), value="output", description="stage")
@@ -97,8 +96,5 @@ def attention_lab(X, W_q, W_k, W_v, tokens: Sequence[str]):
         caption.value = ("<b>{}</b> attends: {}".format(tokens[query.value], ", ".join(
             f"{t} {w:.2f}" for t, w in zip(tokens, row, strict=True))) if shown else "")
 
-    stage.observe(update, names="value")
-    query.observe(update, names="value")
-    display(widgets.VBox([widgets.HBox([stage, query]), picture, caption]))
-    update()  # after display, so the cell's recorded output stays small and stable
+    show_lab([[stage, query]], [picture, caption], update)
 

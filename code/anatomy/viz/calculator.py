@@ -18,6 +18,7 @@ from ..flops import (
     weight_bytes,
 )
 from ..params import GPT2_SMALL, GPTConfig, count_by_kind, count_params, shape_table
+from .common import show_lab
 
 # Choices offered by the lab (round sizes and a few real vocabularies).
 D_CHOICES = tuple(range(64, 4096 + 1, 64))
@@ -163,7 +164,6 @@ def calculator_lab(cfg: GPTConfig = GPT2_SMALL, T: int = 1024):
     ipywidgets 7.7 (Colab) and 8.x.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     d = widgets.SelectionSlider(options=D_CHOICES, value=cfg.d, description="d")
     L = widgets.IntSlider(value=cfg.L, min=1, max=96, description="L")
@@ -195,8 +195,5 @@ def calculator_lab(cfg: GPTConfig = GPT2_SMALL, T: int = 1024):
 
     for w in (d, ctx):
         w.observe(refresh_choices, names="value")
-    for w in (L, h, T_, V, B, dtype):
-        w.observe(update, names="value")
-    display(widgets.VBox([widgets.HBox([d, L, h]), widgets.HBox([ctx, T_, V]),
-                          widgets.HBox([B, dtype]), panels]))
-    update()  # after display, so the cell's recorded output stays small and stable
+    show_lab([[d, L, h], [ctx, T_, V], [B, dtype]], [panels], update,
+             watch=[L, h, T_, V, B, dtype])

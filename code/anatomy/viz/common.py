@@ -19,3 +19,23 @@ def figure_png(fig) -> bytes:
     fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
     return buffer.getvalue()
+
+
+def show_lab(rows, outputs, update, watch=None) -> None:
+    """Lay out and start a lab: rows of controls above its outputs, redrawn on every change.
+
+    ``rows`` is a list whose items are a control or a list of controls shown side by side;
+    ``watch`` (default: every control in ``rows``) are the controls whose changes call
+    ``update``. The first drawing happens after ``display``, so the cell's recorded output
+    is only the widget tree and stays small and stable (see :func:`figure_png`).
+    """
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    lines = [widgets.HBox(list(row)) if isinstance(row, (list, tuple)) else row for row in rows]
+    if watch is None:
+        watch = [c for row in rows for c in (row if isinstance(row, (list, tuple)) else [row])]
+    for control in watch:
+        control.observe(update, names="value")
+    display(widgets.VBox([*lines, *outputs]))
+    update()

@@ -11,7 +11,7 @@ import numpy as np
 from ..blocks import gelu
 from ..gpt_numpy import forward, next_token_distribution
 from ..params import GPTConfig
-from .common import figure_png
+from .common import figure_png, show_lab
 
 
 def next_char_probs(params: Mapping[str, np.ndarray], cfg: GPTConfig, vocab: Sequence[str],
@@ -72,7 +72,6 @@ def next_token_lab(params: Mapping[str, np.ndarray], cfg: GPTConfig, vocab: Sequ
     to an Image widget as PNG bytes, set after ``display`` so the recorded output is stable.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     prompt = widgets.Dropdown(options=list(prompts), value=prompts[0], description="prompt")
     temperature = widgets.FloatSlider(value=1.0, min=0.1, max=3.0, step=0.1,
@@ -89,7 +88,4 @@ def next_token_lab(params: Mapping[str, np.ndarray], cfg: GPTConfig, vocab: Sequ
         caption.value = (f"greedy pick: <b>{best!r}</b> with p = {probs.max():.3f}; "
                          f"uniform would give {1 / len(vocab):.3f} each")
 
-    for control in (prompt, temperature, top_k):
-        control.observe(update, names="value")
-    display(widgets.VBox([prompt, widgets.HBox([temperature, top_k]), picture, caption]))
-    update()  # after display, so the cell's recorded output stays small and stable
+    show_lab([prompt, [temperature, top_k]], [picture, caption], update)

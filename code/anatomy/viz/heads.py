@@ -10,7 +10,7 @@ import numpy as np
 
 from .._validate import check_positive_int
 from ..heads import multi_head_attention
-from .common import figure_png
+from .common import figure_png, show_lab
 
 
 def divisors(d: int) -> list[int]:
@@ -83,7 +83,6 @@ def heads_lab(X: np.ndarray, W_qkv: np.ndarray, tokens: Sequence[str], h: int = 
     value is set after ``display``, so the cell's recorded output stays small and stable.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     d = np.shape(X)[-1]
     heads = widgets.IntSlider(value=snap_heads(h, d), min=1, max=d, description="h")
@@ -101,7 +100,4 @@ def heads_lab(X: np.ndarray, W_qkv: np.ndarray, tokens: Sequence[str], h: int = 
         caption.value = (f"d = {d} split into h = {snapped} {heads_word} of d_head = "
                          f"{d // snapped}; weights [h, T, T] = {list(weights.shape)}")
 
-    heads.observe(update, names="value")
-    masked.observe(update, names="value")
-    display(widgets.VBox([widgets.HBox([heads, masked]), picture, caption]))
-    update()  # after display, so the cell's recorded output stays small and stable
+    show_lab([[heads, masked]], [picture, caption], update)

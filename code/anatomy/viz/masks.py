@@ -99,9 +99,8 @@ def mask_lab(B: int = 3, T_max: int = 8, d_k: int = 4, seed: int = 0):
     goes to an Image widget, set after ``display`` so the recorded output stays stable.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
-    from .common import figure_png
+    from .common import figure_png, show_lab
 
     rng = np.random.default_rng(seed)
     q, k, v = rng.standard_normal((3, B, T_max, d_k))     # each [B, T_max, d_k]
@@ -132,8 +131,4 @@ def mask_lab(B: int = 3, T_max: int = 8, d_k: int = 4, seed: int = 0):
                          f"{mask.size} entries forbidden; {empty} fully masked row(s), "
                          "which get all-zero weights")
 
-    for widget in (causal, padding, T, *lengths):
-        widget.observe(update, names="value")
-    display(widgets.VBox([widgets.HBox([causal, padding, T]), widgets.HBox(lengths),
-                          picture, caption]))
-    update()
+    show_lab([[causal, padding, T], lengths], [picture, caption], update)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..positions import rope, sinusoidal
-from .common import figure_png
+from .common import figure_png, show_lab
 
 SCHEMES = ("sinusoidal", "RoPE", "learned (untrained)")
 
@@ -188,7 +188,6 @@ def positions_lab(n_pos: int = 64, d: int = 16):
     to an Image widget as PNG bytes, set after ``display`` so the recorded output is stable.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     scheme = widgets.ToggleButtons(options=list(SCHEMES), value="sinusoidal",
                                    description="scheme")
@@ -200,7 +199,4 @@ def positions_lab(n_pos: int = 64, d: int = 16):
         picture.value = figure_png(draw_similarity(scheme.value, p.value, m.value, n_pos, d))
         caption.value = _caption(scheme.value, p.value, m.value, n_pos, d)
 
-    for control in (scheme, p, m):
-        control.observe(update, names="value")
-    display(widgets.VBox([scheme, widgets.HBox([p, m]), picture, caption]))
-    update()  # after display, so the cell's recorded output stays small and stable
+    show_lab([scheme, [p, m]], [picture, caption], update)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..blocks import gelu, relu, residual_pieces
-from .common import figure_png
+from .common import figure_png, show_lab
 
 SHOW = ("all", "attn", "mlp")
 
@@ -112,7 +112,6 @@ def residual_lab(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: i
     Shapes: x [T, d], blocks: up to L dicts of block weights
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     T = np.shape(x)[0]
     n_blocks = widgets.IntSlider(value=len(blocks), min=1, max=len(blocks), description="blocks")
@@ -129,10 +128,7 @@ def residual_lab(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: i
                          f"token {t}: |embed| = {np.linalg.norm(x[t]):.2f}, "
                          f"|final| = {np.linalg.norm(final):.2f}")
 
-    for w in (n_blocks, token, show):
-        w.observe(update, names="value")
-    display(widgets.VBox([widgets.HBox([n_blocks, token]), show, picture, caption]))
-    update()
+    show_lab([[n_blocks, token], show], [picture, caption], update)
 
 
 def draw_grad_profiles(full: Mapping[str, object], skip: Mapping[str, object]):

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..attention import attention_weights
-from .common import figure_png
+from .common import figure_png, show_lab
 
 LAB_WIDTHS = (1, 4, 16, 64, 256, 512)
 
@@ -88,7 +88,6 @@ def scaling_lab(n_keys: int = 16, seed: int = 0):
     widget as PNG bytes, set after ``display``, so the cell's recorded output stays stable.
     """
     import ipywidgets as widgets
-    from IPython.display import display
 
     width = widgets.SelectionSlider(options=list(LAB_WIDTHS), value=64, description="d_k")
     temperature = widgets.FloatSlider(value=1.0, min=0.25, max=4.0, step=0.25,
@@ -102,7 +101,4 @@ def scaling_lab(n_keys: int = 16, seed: int = 0):
         caption.value = (f"raw scores q.k spread with std {raw.std():.1f} here; about "
                          f"sqrt(d_k) = {np.sqrt(width.value):.1f} on average")
 
-    width.observe(update, names="value")
-    temperature.observe(update, names="value")
-    display(widgets.VBox([widgets.HBox([width, temperature]), picture, caption]))
-    update()  # after display, so the cell's recorded output stays small and stable
+    show_lab([[width, temperature]], [picture, caption], update)
