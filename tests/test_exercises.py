@@ -61,3 +61,16 @@ def test_check_by_id_and_unknown_id(capsys):
     assert capsys.readouterr().out.startswith("Exercise 1.1: passed")
     with pytest.raises(KeyError, match="no exercise '9.99'"):
         check("9.99", print)
+
+
+def test_checking_a_numpy_chapter_does_not_import_torch():
+    # Chapters 1-8 run without torch; only chapter 9's exercise module imports it.
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom anatomy.exercises import check\nfrom anatomy.attention import "
+            "softmax\nassert check('1.1', softmax)\nassert 'torch' not in sys.modules, "
+            "'torch was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
