@@ -23,7 +23,11 @@ RUNTIMES = ROOT / "_data" / "runtimes.json"
 
 def record(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
+    # No widget state: the labs are live-only (their outputs are removed from the book), and
+    # their stored PNG frames would only bloat the notebooks.
+    nb.metadata.pop("widgets", None)
     client = NotebookClient(nb, timeout=900, kernel_name="python3", record_timing=False,
+                            store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     client.execute()
