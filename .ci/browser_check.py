@@ -108,24 +108,27 @@ def check_chapter(driver, base: str, page: str, chapters: list[str], problems: l
         problems.append(f"{page}: no figure in the cell outputs (the static lab figure?)")
 
 
-def check_folded_answer(driver, base: str, page: str, problems: list[str]) -> None:
-    """Click the last folded block (an interview answer) and see that it opens."""
+def check_folded(driver, base: str, page: str, selector: str, expect: str, shot: str,
+                 problems: list[str]) -> None:
+    """Click the first folded block matching ``selector``; it must open and show ``expect``."""
     import time
 
     driver.get(f"{base}/{page}.html")
     wait_for(driver, MATH_DONE)
-    folded = driver.find_elements("css selector", "details:not([open]) > summary")
+    folded = driver.find_elements("css selector", f"{selector}:not([open]) > summary")
     if not folded:
-        problems.append(f"{page}: no folded answer or solution found")
+        problems.append(f"{page}: no folded block {selector}")
         return
-    summary = folded[-1]
+    summary = folded[0]
     driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", summary)
     summary.click()
     time.sleep(0.5)  # let the page settle before the screenshot
     details = summary.find_element("xpath", "..")
     if details.get_attribute("open") is None:
-        problems.append(f"{page}: a folded answer did not open on click")
-    driver.save_screenshot(str(SHOTS / f"{page.replace('/', '_')}_answer_open.png"))
+        problems.append(f"{page}: {selector} did not open on click")
+    elif expect not in details.text:
+        problems.append(f"{page}: the opened {selector} does not show {expect!r}")
+    driver.save_screenshot(str(SHOTS / f"{page.replace('/', '_')}_{shot}.png"))
 
 
 def main() -> int:
@@ -148,8 +151,11 @@ def main() -> int:
             driver.save_screenshot(str(SHOTS / f"{page.replace('/', '_')}.png"))
         for page in chapters:
             check_chapter(driver, base, page, chapters, problems)
-        if chapters:
-            check_folded_answer(driver, base, chapters[0], problems)
+        for page in chapters[:1]:
+            # A folded library solution (a hide-cell block) and a folded interview answer.
+            check_folded(driver, base, page, ".tag_solution details", "passed", "solution_open",
+                         problems)
+            check_folded(driver, base, page, "details:not(.hide)", "", "answer_open", problems)
     finally:
         driver.quit()
         server.shutdown()

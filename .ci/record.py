@@ -37,7 +37,9 @@ def record(path: Path) -> float:
 
 
 def machine() -> str:
-    return f"{os.cpu_count()} CPU cores ({platform.machine()}, Python {platform.python_version()})"
+    threads = os.environ.get("OMP_NUM_THREADS", "all")
+    return (f"a {os.cpu_count()}-core CPU using {threads} thread{'s' if threads != '1' else ''} "
+            f"({platform.machine()}, Python {platform.python_version()})")
 
 
 def main(paths: list[str]) -> int:
