@@ -55,7 +55,7 @@ def add_badge(app, doctree) -> None:
         return
     badge = nodes.paragraph(classes=["runtime-badge"])
     badge += nodes.emphasis(text=f"Runs top to bottom in about {_describe(seconds)} on "
-                                 f"{data['machine']} (measured by make record).")
+                                 f"{data['machine']}, as measured by make record.")
     section.insert(1, badge)
 
 
