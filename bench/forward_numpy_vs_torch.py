@@ -11,24 +11,12 @@ NumPy / PyTorch (1.00 = as fast; the target is at most 1.5).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 
+from _threads import parse_args  # bench/_threads.py, beside this script
 
-def _threads_from_argv() -> argparse.Namespace:
-    # Parsed before NumPy is imported: BLAS reads its thread count once, at load time.
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
-    return args
-
-
-ARGS = _threads_from_argv()
+ARGS = parse_args(__doc__.splitlines()[0], repeats=5)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -14,24 +14,12 @@ processes slows both alike.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 
+from _threads import parse_args  # bench/_threads.py, beside this script
 
-def _args() -> argparse.Namespace:
-    # Parsed before NumPy is imported: BLAS reads its thread count once, at load time.
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
-    return args
-
-
-ARGS = _args()
+ARGS = parse_args(__doc__.splitlines()[0], repeats=3)
 
 import numpy as np  # noqa: E402
 
