@@ -77,7 +77,7 @@ browser-check: $(STAMP)
 	  echo "browser-check: SKIPPED (no Chromium here; CI installs it and runs this check)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 
-test: lint unit nbval build links colab-check browser-check
+test: lint unit nbval build links book-student colab-check browser-check
 	@echo "make test: all checks passed"
 
 record: $(STAMP)
