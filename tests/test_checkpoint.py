@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _local_data import DATA, ROOT
 
 from anatomy import checkpoint
 from anatomy.checkpoint import (
@@ -22,9 +23,6 @@ from anatomy.checkpoint import (
     save_checkpoint,
 )
 from anatomy.train import PRESETS, load_trained, train
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("ANATOMY_DATA") or ROOT.parent / "shared" / "data")
 
 
 def _state(step: int) -> dict:

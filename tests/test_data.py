@@ -4,19 +4,15 @@ No test downloads anything: the "download" tests fetch the local copy through a 
 """
 
 import hashlib
-import os
 import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
+from _local_data import DATA
 
 from anatomy import data
 from anatomy.data import CharTokenizer, get_batch, load_text, split
-
-# The local copy: $ANATOMY_DATA (set by the Makefile), else the project's shared folder.
-DATA = Path(os.environ.get("ANATOMY_DATA") or
-            Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,11 @@
 """anatomy.gpt_torch: the PyTorch GPT against the NumPy GPT, and its two attention paths."""
 
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _local_data import DATA
 
 from anatomy import gpt_numpy
 from anatomy.data import CharTokenizer, get_batch, load_text
@@ -21,8 +20,6 @@ from anatomy.gpt_torch import (
 )
 from anatomy.params import BABY_GPT, TOY, GPTConfig, count_params, init_params, param_shapes
 
-DATA = Path(os.environ.get("ANATOMY_DATA") or
-            Path(__file__).resolve().parents[2] / "shared" / "data")
 SMALL = GPTConfig(V=11, ctx=8, d=16, L=2, h=4)
 
 

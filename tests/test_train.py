@@ -5,11 +5,11 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _local_data import DATA, ROOT
 
 from anatomy.checkpoint import load_checkpoint
 from anatomy.params import BABY_GPT, count_params
@@ -27,8 +27,6 @@ from anatomy.train import (
 from anatomy.train.__main__ import parse_overrides
 from anatomy.train.hardware import choose_precision, pick_device
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("ANATOMY_DATA") or ROOT.parent / "shared" / "data")
 # A few seconds of training: the tiny preset, shortened further.
 QUICK = dataclasses.replace(PRESETS["tiny"], max_steps=12, eval_every=4, eval_iters=2)
 
