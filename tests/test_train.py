@@ -141,6 +141,26 @@ def test_cpu_trains_in_float32():
     assert pick_device().type in ("cpu", "cuda", "mps")
 
 
+def test_precision_can_be_asked_for_and_is_refused_where_it_cannot_run(monkeypatch):
+    assert choose_precision("cpu", "float32").dtype is None
+    assert choose_precision("cpu", "bfloat16").dtype == torch.bfloat16
+    half = choose_precision("cpu", "float16")
+    assert half.dtype == torch.float16 and half.scaler.is_enabled() and half.name == "float16"
+    with pytest.raises(ValueError, match="expected one of auto, float32, bfloat16, float16, "
+                                         "got 'fp8'"):
+        choose_precision("cpu", "fp8")
+    with pytest.raises(ValueError, match="TrainConfig.precision: expected one of .* got 'bf16'"):
+        TrainConfig(precision="bf16")
+    with pytest.raises(ValueError, match="not on 'mps'"):
+        choose_precision("mps", "float16")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    with pytest.raises(ValueError, match="needs compute capability 8.0 or later; Tesla T4 is "
+                                         "7.5"):
+        choose_precision("cuda", "bfloat16")
+    assert choose_precision("cuda", "float32").dtype is None
+
+
 # ---- the loop ------------------------------------------------------------------------------
 
 def test_same_seed_gives_a_bitwise_identical_run():
@@ -174,6 +194,18 @@ def test_history_records_every_evaluation_and_learns():
                                              f"{history.val_loss[0]:.2f}"]
     assert "tok" not in table and "/s" not in table          # no timings in printed output
     assert History.from_dict(history.to_dict()) == history
+    assert len(history.time_s) == 4 and history.time_s == sorted(history.time_s)
+    assert 0 < history.time_s[0] <= history.time_s[-1] <= s["wall_s"]
+
+
+def test_time_to_a_loss_is_the_first_evaluation_at_or_below_it():
+    h = History(step=[0, 250, 500, 750], train_loss=[4.2, 2.0, 1.5, 1.4],
+                val_loss=[4.2, 2.1, 1.47, 1.46], lr=[0.0] * 4, time_s=[1.0, 9.0, 17.5, 26.0])
+    assert h.time_to(1.47) == (500, 17.5)
+    assert h.time_to(4.2) == (0, 1.0)
+    assert h.time_to(1.0) is None
+    old = {k: v for k, v in h.to_dict().items() if k != "time_s"}   # an older checkpoint
+    assert History.from_dict(old).time_s == [0.0] * 4
 
 
 def test_sampling_from_the_trained_model():
@@ -194,6 +226,55 @@ def test_fresh_run_does_not_clobber_a_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="d=32 saved vs 64 given"):
         train(dataclasses.replace(QUICK, d=64), tmp_path, resume=True, progress=False,
               data_path=DATA, device="cpu")
+
+
+@pytest.mark.parametrize("precision, tolerance", [("bfloat16", 0.05), ("float16", 0.01)])
+def test_16_bit_autocast_trains_close_to_float32(precision, tolerance):
+    # The GPU's mixed-precision path (autocast, and for float16 the grad scaler's scale,
+    # unscale before clipping, step and update) run on the CPU, where autocast works too.
+    full = train(QUICK, progress=False, data_path=DATA, device="cpu")
+    half = train(dataclasses.replace(QUICK, precision=precision), progress=False,
+                 data_path=DATA, device="cpu")
+    assert half.stats["precision"] == precision
+    assert all(math.isfinite(v) for v in half.step_loss)
+    np.testing.assert_allclose(half.val_loss, full.val_loss, rtol=0, atol=tolerance)
+    assert half.val_loss[-1] < half.val_loss[0] - 0.3
+
+
+def test_float16_resume_restores_the_grad_scaler_exactly(tmp_path):
+    cfg = dataclasses.replace(QUICK, precision="float16", dropout=0.1, ckpt_every=4)
+
+    def cut_at_8(row):
+        if row["step"] == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path, progress=False, log=cut_at_8, data_path=DATA, device="cpu")
+    saved = load_checkpoint(tmp_path / "ckpt.pt")
+    assert saved["step"] == 8 and saved["scaler"]["scale"] > 1.0      # a live scaler state
+    resumed = train(None, tmp_path, resume=True, progress=False, data_path=DATA, device="cpu")
+    whole = train(cfg, progress=False, data_path=DATA, device="cpu")
+    assert resumed.step_loss == whole.step_loss
+    for (name, p), q in zip(resumed.model.state_dict().items(),
+                            whole.model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    kept = saved["history"]["time_s"]                                 # evaluations 0 and 4
+    assert len(kept) == 2 and resumed.time_s[:2] == kept
+    assert resumed.time_s == sorted(resumed.time_s)                   # the clock carried on
+
+
+def test_torch_compile_gives_the_eager_losses_and_plain_checkpoints(tmp_path):
+    # torch.compile is on by default on CUDA; on the CPU it compiles to C++ (needs a C
+    # compiler, which this machine has) in about fifteen seconds.
+    cfg = dataclasses.replace(QUICK, max_steps=6, eval_every=3)
+    eager = train(cfg, progress=False, data_path=DATA, device="cpu")
+    compiled = train(dataclasses.replace(cfg, compile=True), tmp_path, progress=False,
+                     data_path=DATA, device="cpu")
+    assert compiled.stats["compiled"] and not eager.stats["compiled"]
+    np.testing.assert_allclose(compiled.step_loss, eager.step_loss, rtol=1e-5)
+    np.testing.assert_allclose(compiled.val_loss, eager.val_loss, rtol=1e-5)
+    keys = load_checkpoint(tmp_path / "ckpt.pt")["model"].keys()
+    assert set(keys) == set(eager.model.state_dict()) and not any("_orig_mod" in k for k in keys)
 
 
 def test_torchrun_two_processes_follow_the_single_process_curve(tmp_path):

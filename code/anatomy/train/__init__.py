@@ -6,6 +6,7 @@
 - ``distributed``  data parallelism under ``torchrun``
 - ``history``      what a run returns: the loss curve and its stats
 - ``loop``         ``train()`` itself, evaluation, ``load_trained``
+- ``reference``    the measured GPU reference run that chapter 9 shows
 
 From a notebook::
 

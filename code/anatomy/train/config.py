@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from anatomy.params import GPTConfig
+from anatomy.train.hardware import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,9 @@ class TrainConfig:
     norm clipped to ``grad_clip``.
     Evaluation: every ``eval_every`` steps, the mean loss over ``eval_iters`` batches of each
     split. Checkpoints every ``ckpt_every`` steps (and at the end) when there is an out dir.
-    ``compile``: None means on for CUDA, off elsewhere.
+    ``compile``: None means on for CUDA, off elsewhere. ``precision``: "auto" (bf16 or fp16
+    autocast on a GPU, as the card allows; float32 elsewhere) or one of "float32",
+    "bfloat16", "float16" (see ``anatomy.train.hardware.choose_precision``).
 
     Shapes: batches x, y [B, T]; model ids [B, T] -> logits [B, T, V]
     """
@@ -54,6 +57,7 @@ class TrainConfig:
     ckpt_every: int = 100
     seed: int = 1337
     compile: bool | None = None
+    precision: str = "auto"
 
     def __post_init__(self):
         for name in ("L", "h", "d", "T", "B", "max_steps", "eval_every", "eval_iters",
@@ -77,6 +81,9 @@ class TrainConfig:
         if self.attn not in ("sdpa", "explicit"):
             raise ValueError(f"TrainConfig.attn: expected 'sdpa' or 'explicit', got "
                              f"{self.attn!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainConfig.precision: expected one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision!r}")
         if len(self.betas) != 2:
             raise ValueError(f"TrainConfig.betas: expected two numbers, got {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))

@@ -93,22 +93,66 @@ class Precision:
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
 
-def choose_precision(device: torch.device | str) -> Precision:
-    """bf16 autocast on CUDA cards of compute capability 8.0 (Ampere) or later, fp16 with a
-    GradScaler on older ones (T4, V100), float32 on CPU and MPS.
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
-    The capability decides, not ``torch.cuda.is_bf16_supported()``: a T4 reports bf16 as
-    supported, but only through slow emulation.
+
+def choose_precision(device: torch.device | str, requested: str = "auto") -> Precision:
+    """The precision of a run on ``device``.
+
+    ``"auto"``: bf16 autocast on CUDA cards of compute capability 8.0 (Ampere) or later, fp16
+    with a GradScaler on older ones (T4, V100), float32 on CPU and MPS. The capability
+    decides, not ``torch.cuda.is_bf16_supported()``: a T4 reports bf16 as supported, but only
+    through slow emulation.
+
+    ``"float32"``, ``"bfloat16"`` or ``"float16"`` ask for one explicitly: float32 to rule
+    mixed precision out when a run misbehaves, and either 16-bit format on a CPU, where
+    autocast works too (slowly), so the fp16 machinery can be tried without a GPU. bfloat16 on
+    a card older than 8.0 and 16-bit autocast on MPS are refused.
     """
     device = torch.device(device)
-    if device.type != "cuda":
-        return Precision(device.type, None, torch.amp.GradScaler("cpu", enabled=False))
-    if torch.cuda.get_device_capability(device) >= (8, 0):
-        return Precision("cuda", torch.bfloat16, torch.amp.GradScaler("cuda", enabled=False))
-    return Precision("cuda", torch.float16, torch.amp.GradScaler("cuda"))
+    if requested not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got "
+                         f"{requested!r}")
+    if requested == "auto":
+        if device.type != "cuda":
+            requested = "float32"
+        elif torch.cuda.get_device_capability(device) >= (8, 0):
+            requested = "bfloat16"
+        else:
+            requested = "float16"
+    kind = "cuda" if device.type == "cuda" else "cpu"      # the GradScaler's device kind
+    if requested == "float32":
+        return Precision(device.type, None, torch.amp.GradScaler(kind, enabled=False))
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"precision {requested!r}: 16-bit autocast is supported here on "
+                         f"CUDA and the CPU, not on {device.type!r}; use 'float32' or 'auto'")
+    if requested == "bfloat16":
+        if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+            major, minor = torch.cuda.get_device_capability(device)
+            raise ValueError(f"precision 'bfloat16' needs compute capability 8.0 or later; "
+                             f"{torch.cuda.get_device_name(device)} is {major}.{minor}, so "
+                             f"use 'float16' (with a grad scaler) or 'auto'")
+        return Precision(device.type, torch.bfloat16, torch.amp.GradScaler(kind, enabled=False))
+    return Precision(device.type, torch.float16, torch.amp.GradScaler(kind))
 
 
 def enable_tf32() -> None:
     """Let float32 matmuls on CUDA use TF32 tensor cores (10-bit mantissa inputs, float32
     accumulation): several times faster, and the autocast region is bf16/fp16 anyway."""
     torch.set_float32_matmul_precision("high")
+
+
+def describe_device(device: torch.device | str) -> dict:
+    """The facts a timing needs beside it: the device's name and, on CUDA, its compute
+    capability, memory, and the CUDA build of torch."""
+    device = torch.device(device)
+    facts = {"type": device.type, "torch": torch.__version__}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts.update(name=props.name, compute_capability=f"{props.major}.{props.minor}",
+                     memory_gib=round(props.total_memory / 2**30, 1),
+                     multiprocessors=props.multi_processor_count, cuda=torch.version.cuda,
+                     peak_flops=peak_flops(device))
+    else:
+        facts.update(name=device.type, threads=torch.get_num_threads())
+    return facts

@@ -202,7 +202,7 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
     model_cfg = cfg.model_config(tokenizer.vocab_size)
     raw = GPT(model_cfg, dropout=cfg.dropout, attn=cfg.attn, causal=cfg.causal).to(device)
     optimizer = configure_optimizer(raw, cfg.lr, cfg.weight_decay, cfg.betas, device.type)
-    precision = choose_precision(device)
+    precision = choose_precision(device, cfg.precision)
     if device.type == "cuda":
         enable_tf32()
     batches = torch.Generator().manual_seed(cfg.seed)    # the training windows, and only them
@@ -242,7 +242,8 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
             flush()
             losses = estimate_loss(eval_model, {"train": train_ids, "val": val_ids}, cfg,
                                    device, precision, dist)
-            row = history.record(at, losses["train"], losses["val"], lr_at(at, cfg))
+            row = history.record(at, losses["train"], losses["val"], lr_at(at, cfg),
+                                 clock_offset + time.perf_counter() - wall_start)
         if dist.is_main:
             bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}")
             if log is not None:
@@ -259,6 +260,7 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
                     "rng": capture_rng(batches)}, ckpt_path)
 
     start_step = step
+    clock_offset = history.time_s[-1] if history.time_s else 0.0   # the resumed run's clock
     try:
         while step < cfg.max_steps:
             if step % cfg.eval_every == 0 and (not history.step or history.step[-1] != step):
