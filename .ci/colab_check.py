@@ -5,10 +5,15 @@ numpy, torch, matplotlib, tqdm, ipywidgets 7.7, a Jupyter kernel), clones this r
 copies chapters 1 and 9 to a folder outside any checkout, points ANATOMY_REPO_URL at the clone,
 and executes them end to end. The chapters' setup cell must install the anatomy package from
 that URL, and the install must leave every preinstalled package exactly as it was.
+
+By hand, other environments and chapters: ``python .ci/colab_check.py --env
+.ci/colab-env-torch28.txt --chapters all`` runs every chapter on the oldest torch that Colab
+ships (2.8; it downloads a CUDA build of several GB, so ``make test`` does not do this).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import re
@@ -19,7 +24,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "_build" / "colab"
-VENV = WORK / "venv"
 ENV_FILE = ROOT / ".ci" / "colab-env.txt"
 CHAPTERS = ["01_attention", "09_training"]
 
@@ -37,19 +41,20 @@ def sh(*cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], check=True, **kw)
 
 
-def fresh_venv() -> Path:
-    stamp = VENV / ".colab-env-sha"
-    want = hashlib.sha256(ENV_FILE.read_bytes()).hexdigest()
+def fresh_venv(env_file: Path) -> Path:
+    venv = WORK / ("venv" if env_file == ENV_FILE else f"venv-{env_file.stem}")
+    stamp = venv / ".colab-env-sha"
+    want = hashlib.sha256(env_file.read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text() == want:
-        sh(VENV / "bin/python", "-m", "pip", "uninstall", "-q", "-y", "anatomy")
+        sh(venv / "bin/python", "-m", "pip", "uninstall", "-q", "-y", "anatomy")
     else:
-        shutil.rmtree(VENV, ignore_errors=True)
-        sh(sys.executable, "-m", "venv", VENV)
-        sh(VENV / "bin/python", "-m", "pip", "install", "-q", "-r", ENV_FILE)
+        shutil.rmtree(venv, ignore_errors=True)
+        sh(sys.executable, "-m", "venv", venv)
+        sh(venv / "bin/python", "-m", "pip", "install", "-q", "-r", env_file)
         stamp.write_text(want)
     # The kernelspec the notebooks ask for ("python3") must be this environment's.
-    sh(VENV / "bin/python", "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
-    return VENV / "bin/python"
+    sh(venv / "bin/python", "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
+    return venv / "bin/python"
 
 
 def freeze(python: Path) -> dict[str, str]:
@@ -58,8 +63,18 @@ def freeze(python: Path) -> dict[str, str]:
     return {pair[0].lower(): pair[1] for pair in pairs if len(pair) == 2}
 
 
-def main() -> int:
-    python = fresh_venv()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", type=Path, default=ENV_FILE,
+                        help="requirements file of the Colab-like environment")
+    parser.add_argument("--chapters", nargs="+", default=CHAPTERS,
+                        help="chapter names (e.g. 04_heads), or 'all'")
+    args = parser.parse_args(argv)
+    chapters = args.chapters
+    if chapters == ["all"]:
+        chapters = sorted(p.stem for p in (ROOT / "chapters").glob("*.ipynb"))
+    python = fresh_venv(args.env.resolve())
+    venv_bin = python.parent
     before = freeze(python)
     clone, run = WORK / "repo", WORK / "run" / "chapters"
     shutil.rmtree(clone, ignore_errors=True)
@@ -68,9 +83,9 @@ def main() -> int:
     run.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["ANATOMY_REPO_URL"] = str(clone)
-    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env['PATH']}"
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env['PATH']}"
     failures = 0
-    for name in CHAPTERS:
+    for name in chapters:
         source = ROOT / "chapters" / f"{name}.ipynb"
         if not source.exists():
             print(f"colab-check: {name}: not written yet, skipped")
