@@ -83,6 +83,19 @@ def test_cli_set_is_typed_by_the_field():
         parse_overrides(["layers=4"])
 
 
+def test_cli_resume_keeps_the_saved_config_and_checks_the_flags(tmp_path, capsys):
+    from anatomy.train.__main__ import main
+
+    common = ["--no-progress", "--device", "cpu", "--data", str(DATA), "--out", str(tmp_path)]
+    assert main(["--preset", "tiny", "--max-steps", "4", "--eval-every", "2", *common]) == 0
+    assert main(["--resume", "--max-steps", "6", "--no-compile", *common]) == 0
+    saved = load_checkpoint(tmp_path / "ckpt.pt")
+    assert saved["step"] == 6 and saved["config"]["eval_every"] == 2
+    assert "float32" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="precision='auto' saved vs 'float16' given"):
+        main(["--resume", "--max-steps", "8", "--precision", "float16", *common])
+
+
 # ---- learning-rate schedule ----------------------------------------------------------------
 
 def test_lr_schedule_warms_up_then_follows_a_cosine():

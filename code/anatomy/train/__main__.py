@@ -11,13 +11,15 @@ import argparse
 import dataclasses
 import os
 import sys
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from anatomy.checkpoint import CKPT_NAME, load_checkpoint
 from anatomy.sampling import sample
 from anatomy.train.config import PRESETS, TrainConfig, preset, preset_for
-from anatomy.train.hardware import pick_device
+from anatomy.train.hardware import PRECISIONS, pick_device
 from anatomy.train.loop import train
 
 
@@ -65,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cuda, cuda:1, mps or cpu (default: the best available)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the model (default: on for CUDA only)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="auto (default: bf16 or fp16 autocast as the GPU allows, float32 on "
+                        "CPU/MPS), or force one")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="change a TrainConfig field; repeatable")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -80,11 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device) if args.device else None
     changes = parse_overrides(args.set)
     for flag, field in (("eval_every", "eval_every"), ("ckpt_every", "ckpt_every"),
-                        ("compile", "compile")):
+                        ("compile", "compile"), ("precision", "precision")):
         if getattr(args, flag) is not None:
             changes[field] = getattr(args, flag)
+    saved = Path(args.out or ".") / CKPT_NAME
     if args.resume and args.preset is None and not args.set:
-        cfg = None                       # take everything from the checkpoint
+        cfg = None                       # take everything from the checkpoint...
+        if changes and saved.is_file():  # ...but --compile or --precision as given
+            cfg = dataclasses.replace(
+                TrainConfig.from_dict(load_checkpoint(saved)["config"]), **changes)
     else:
         base = preset(args.preset) if args.preset else preset_for(device or pick_device())
         cfg = dataclasses.replace(base, **changes)
