@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from anatomy.train import PRESETS, pick_device, sample, train
+from anatomy.train.__main__ import log_row
 from anatomy.train.hardware import describe_device
 from anatomy.train.reference import (
     REFERENCE_FILE,
@@ -66,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_steps is not None:
         cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
 
-    def log(row: dict) -> None:
-        print(f"step {row['step']:>5}: train {row['train_loss']:.4f}  "
-              f"val {row['val_loss']:.4f}", flush=True)
-
-    history = train(cfg, progress=not args.no_progress, log=log, data_path=args.data,
+    history = train(cfg, progress=not args.no_progress, log=log_row, data_path=args.data,
                     device=device)
     text = sample(history.model, history.tokenizer, "\n", 500, temperature=0.8, top_k=None,
                   generator=torch.Generator().manual_seed(0))

@@ -73,7 +73,7 @@ def test_bad_cache_file_is_not_used_and_not_kept(no_env, tmp_path):
 def test_download_lands_in_the_cache_atomically(no_env, tmp_path, local_file, monkeypatch):
     text = load_text(cache_dir=tmp_path, url=local_file.as_uri())
     assert len(text) == 1_115_394
-    assert sorted(p.name for p in tmp_path.iterdir()) == [data.FILENAME]   # no .part left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [data.FILENAME]   # no temporary left
 
     def offline(*args, **kwargs):
         raise urllib.error.URLError("offline")

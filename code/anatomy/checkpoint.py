@@ -22,11 +22,12 @@ import hashlib
 import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from anatomy.atomic import atomic_write
 
 FORMAT = 1
 CKPT_NAME = "ckpt.pt"
@@ -62,26 +63,6 @@ def digest(state: object) -> str:
     return h.hexdigest()
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every platform lets a folder be opened.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _keep_previous(path: Path, prev: Path) -> None:
     """Make ``prev`` a copy of the current ``path`` without ever leaving ``path`` missing."""
     tmp = prev.with_name(f".{prev.name}.tmp")
@@ -98,24 +79,15 @@ def save_checkpoint(state: dict, path: str | os.PathLike, keep_previous: bool = 
     ``ckpt.prev.pt`` (``<stem>.prev<suffix>`` in general).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {**state, "format": FORMAT}
     payload["digest"] = digest(payload)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644 & ~_umask())     # mkstemp makes 0600; give it a normal file's mode
+    prev = path.with_name(f"{path.stem}.prev{path.suffix}")
+
+    def keep_old() -> None:
         if keep_previous and path.exists():
-            _keep_previous(path, path.with_name(f"{path.stem}.prev{path.suffix}"))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
+            _keep_previous(path, prev)
+
+    return atomic_write(path, lambda f: torch.save(payload, f), before_replace=keep_old)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:

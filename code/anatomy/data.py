@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+
+from anatomy.atomic import atomic_write
 
 DATA_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
             "tinyshakespeare/input.txt")
@@ -74,19 +75,7 @@ def _download(url: str, dest: Path) -> str:
         # Checked before anything touches the disk, so a bad download never lands in the cache.
         raise ValueError(f"the download from {url} is not the expected Tiny Shakespeare file: "
                          f"SHA-256 expected {SHA256}, got {actual}; nothing was cached")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    # A temporary file in the same folder, then os.replace: a reader never sees half a file,
-    # even if this process is killed mid-write.
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(dest, data)          # a reader never sees half a file
     return data.decode("utf-8")
 
 

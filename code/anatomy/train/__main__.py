@@ -48,6 +48,12 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
+def log_row(row: dict) -> None:
+    """Print one evaluation (a ``train`` log row) as a line, above any progress bar."""
+    tqdm.write(f"step {row['step']:>5}: train {row['train_loss']:.4f}  "
+               f"val {row['val_loss']:.4f}  lr {row['lr']:.2e}", file=sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m anatomy.train", description=(
         "Train the book's GPT on Tiny Shakespeare. Without --preset, the preset is chosen "
@@ -99,12 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(base, **changes)
     is_main = int(os.environ.get("RANK", "0")) == 0
 
-    def log(row: dict) -> None:
-        tqdm.write(f"step {row['step']:>5}: train {row['train_loss']:.4f}  "
-                   f"val {row['val_loss']:.4f}  lr {row['lr']:.2e}", file=sys.stdout)
-
     history = train(cfg, out_dir=args.out, max_steps=args.max_steps, resume=args.resume,
-                    progress=not args.no_progress, log=log, data_path=args.data,
+                    progress=not args.no_progress, log=log_row, data_path=args.data,
                     device=device, overwrite=args.overwrite)
     if is_main:
         s = history.stats

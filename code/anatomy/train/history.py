@@ -36,7 +36,7 @@ class History:
     tokenizer: object = field(default=None, repr=False, compare=False)
 
     def record(self, step: int, train_loss: float, val_loss: float, lr: float,
-               time_s: float = 0.0) -> dict:
+               time_s: float) -> dict:
         self.time_s.append(time_s)
         self.step.append(step)
         self.train_loss.append(train_loss)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import textwrap
 from pathlib import Path
 
+from anatomy.atomic import atomic_write
 from anatomy.train.config import TrainConfig
 from anatomy.train.history import History
 
@@ -61,19 +61,7 @@ def record_run(history: History, cfg: TrainConfig, hardware: dict, measured_on: 
 def save_record(record: dict, path: str | os.PathLike = REFERENCE_FILE) -> Path:
     """Check ``record`` and write it atomically (a temporary file renamed over ``path``)."""
     _check(record, path)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, (json.dumps(record, indent=1) + "\n").encode())
 
 
 def load_reference(path: str | os.PathLike = REFERENCE_FILE) -> dict | None:
