@@ -38,6 +38,9 @@ help:
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make: the \
+	pinned stack needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) --version 2>&1). Try \
+	make book PYTHON=python3.12"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
@@ -66,8 +69,10 @@ book-student: $(STAMP)
 links:
 	$(BIN)/python .ci/check_links.py
 
+# By hand, other Colab-like set-ups: make colab-check COLAB_ARGS="--env .ci/colab-env-torch28.txt
+#   --python ~/.pyenv/versions/3.12.1/bin/python3 --chapters all" (see .ci/colab_check.py).
 colab-check: $(STAMP)
-	$(BIN)/python .ci/colab_check.py
+	$(BIN)/python .ci/colab_check.py $(COLAB_ARGS)
 
 # Chromium comes from Debian (apt-get install chromium chromium-driver). Without it this check
 # is skipped with a plain message, unless REQUIRE_BROWSER=1 (as in CI), where that is a failure.

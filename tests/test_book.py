@@ -13,9 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 IGNORE_TAGS = {"nbval-ignore-output", "nbval-skip", "skip-execution", "raises-exception"}
 
-_spec = importlib.util.spec_from_file_location("setup_cell", ROOT / ".ci" / "setup_cell.py")
-setup_cell = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(setup_cell)
+
+def _ci_script(name: str):
+    """Import one of the scripts in .ci/ (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / ".ci" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+setup_cell = _ci_script("setup_cell")
+colab_check = _ci_script("colab_check")
 
 
 def _load(path: Path) -> dict:
@@ -107,3 +115,24 @@ def test_solutions_are_folded_and_labelled(chapter):
     for cell in solutions:
         assert "hide-cell" in cell["metadata"]["tags"]
         assert cell["metadata"].get("mystnb", {}).get("code_prompt_show") == "Show the solution"
+
+
+def _notebook(*outputs: str, tags=()) -> dict:
+    cells = [{"cell_type": "code", "metadata": {}, "source": "# setup", "outputs": []}]
+    cells += [{"cell_type": "code", "metadata": {"tags": list(tags)}, "source": "x",
+               "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+              for text in outputs]
+    return {"cells": cells}
+
+
+def test_colab_check_compares_outputs_as_nbval_does(tmp_path):
+    recorded, executed = tmp_path / "recorded.ipynb", tmp_path / "executed.ipynb"
+    recorded.write_text(json.dumps(_notebook("loss 1.234\n", "took 3.2 s\n")))
+    executed.write_text(json.dumps(_notebook("loss 1.234\n", "took 0.8 s\n")))
+    assert colab_check.compare_outputs(recorded, executed) == []      # timings are sanitised
+    executed.write_text(json.dumps(_notebook("loss 1.235\n", "took 3.2 s\n")))
+    assert colab_check.compare_outputs(recorded, executed) == [
+        "code cell 1: recorded 'loss 1.234', got 'loss 1.235'"]
+    recorded.write_text(json.dumps(_notebook("loss 1.234\n", tags=["nbval-ignore-output"])))
+    executed.write_text(json.dumps(_notebook("loss 9.999\n", tags=["nbval-ignore-output"])))
+    assert colab_check.compare_outputs(recorded, executed) == []
