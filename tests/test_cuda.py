@@ -7,6 +7,7 @@ the peak FLOP/s looked up for the actual card, and a resume on the GPU. Run them
 the command that runs them before the reference run).
 """
 
+import copy
 import dataclasses
 import math
 
@@ -15,10 +16,13 @@ import pytest
 import torch
 from _local_data import DATA
 
+from anatomy.data import load_text, split
 from anatomy.gpt_torch import GPT
 from anatomy.params import GPTConfig
+from anatomy.sampling import sample
 from anatomy.train import PRESETS, mfu, peak_flops, train
 from anatomy.train.hardware import choose_precision, describe_device
+from anatomy.viz.training import loss_by_position, next_char_probs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -80,3 +84,19 @@ def test_a_resumed_gpu_run_follows_the_whole_one(tmp_path):
     whole = train(cfg, progress=False, data_path=DATA, device="cuda")
     np.testing.assert_allclose(resumed.step_loss, whole.step_loss, rtol=2e-2)
     np.testing.assert_allclose(resumed.val_loss, whole.val_loss, rtol=2e-2)
+
+
+def test_chapter_9_helpers_follow_a_model_trained_on_the_card():
+    # In Colab with a GPU runtime, chapter 9's runs train on the card and its figures and
+    # samples are then drawn from that model: the helpers must move their inputs to it.
+    history = train(dataclasses.replace(QUICK, compile=False), progress=False,
+                    data_path=DATA, device="cuda")
+    on_card, tok = history.model, history.tokenizer
+    on_cpu = copy.deepcopy(on_card).cpu()
+    val_ids = split(torch.tensor(tok.encode(load_text(DATA))))[1]
+    np.testing.assert_allclose(loss_by_position(on_card, val_ids, QUICK.T),
+                               loss_by_position(on_cpu, val_ids, QUICK.T), atol=1e-2)
+    np.testing.assert_allclose(next_char_probs(on_card, tok, "ROMEO:"),
+                               next_char_probs(on_cpu, tok, "ROMEO:"), atol=1e-3)
+    text = sample(on_card, tok, "ROMEO:", 40, 0.8, generator=torch.Generator().manual_seed(0))
+    assert text.startswith("ROMEO:") and len(text) == 46

@@ -96,20 +96,22 @@ def loss_by_position(model: torch.nn.Module, data: torch.Tensor, T: int, B: int 
     Shapes: data [N] -> x, y [B, T] -> logits [B, T, V] -> losses [B, T] -> result [T]
     """
     raw = unwrap(model)
+    device = next(raw.parameters()).device       # a model trained on a GPU stays there
     was_training = raw.training
     raw.eval()
     gen = torch.Generator().manual_seed(seed)
-    total = torch.zeros(T)
+    total = torch.zeros(T, device=device)
     try:
         for _ in range(n_batches):
             x, y = get_batch(data, B, T, gen)                          # [B, T] each
+            x, y = x.to(device), y.to(device)
             logits = raw(x)                                            # [B, T, V]
             losses = F.cross_entropy(logits.transpose(1, 2), y,        # [B, V, T] vs [B, T]
                                      reduction="none")                 # -> [B, T]
             total += losses.mean(dim=0)                                # -> [T]
     finally:
         raw.train(was_training)
-    return (total / n_batches).numpy()
+    return (total / n_batches).cpu().numpy()
 
 
 def draw_loss_by_position(curves: Mapping[str, np.ndarray], V: int | None = None):
@@ -146,7 +148,8 @@ def next_char_probs(model: torch.nn.Module, tokenizer: CharTokenizer, prompt: st
     raw.eval()
     try:
         ids = tokenizer.encode(prompt or "\n")[-raw.cfg.ctx:]
-        last = raw(torch.tensor([ids]))[0, -1]                         # [1, n, V] -> [V]
+        window = torch.tensor([ids], device=next(raw.parameters()).device)  # [1, n]
+        last = raw(window)[0, -1].cpu()                                # [1, n, V] -> [V]
     finally:
         raw.train(was_training)
     if temperature == 0:
