@@ -44,6 +44,12 @@ def test_parameter_count_matches_the_numpy_table(cfg, n):
     assert model.num_params() == count_params(cfg) == n
 
 
+def test_device_is_where_the_weights_are():
+    model = GPT(GPTConfig(V=11, ctx=8, d=16, L=1, h=4))
+    assert model.device == torch.device("cpu")
+    assert model.to("meta").device == torch.device("meta")   # follows the weights when moved
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_same_logits_as_the_numpy_gpt_in_float64(tied):
     cfg = GPTConfig(V=11, ctx=8, d=16, L=2, h=4, tied=tied)

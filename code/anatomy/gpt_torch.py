@@ -165,6 +165,11 @@ class GPT(nn.Module):
         """Every learned number, counted once (a tied head adds nothing)."""
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live; ids fed to the model must be there too."""
+        return self.tok_emb.device
+
     def _check_ids(self, ids: torch.Tensor, name: str = "ids") -> None:
         V, ctx = self.cfg.V, self.cfg.ctx
         if not isinstance(ids, torch.Tensor):

@@ -50,7 +50,7 @@ def sample(model: nn.Module, tokenizer: CharTokenizer, prompt: str, n_new: int,
         raise ValueError(f"n_new: expected >= 0, got {n_new}")
     raw = unwrap(model)
     ctx = raw.cfg.ctx
-    device = next(raw.parameters()).device
+    device = raw.device
     ids = tokenizer.encode(prompt or "\n")
     was_training = raw.training
     raw.eval()

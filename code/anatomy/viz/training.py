@@ -96,7 +96,7 @@ def loss_by_position(model: torch.nn.Module, data: torch.Tensor, T: int, B: int 
     Shapes: data [N] -> x, y [B, T] -> logits [B, T, V] -> losses [B, T] -> result [T]
     """
     raw = unwrap(model)
-    device = next(raw.parameters()).device       # a model trained on a GPU stays there
+    device = raw.device                          # a model trained on a GPU stays there
     was_training = raw.training
     raw.eval()
     gen = torch.Generator().manual_seed(seed)
@@ -148,7 +148,7 @@ def next_char_probs(model: torch.nn.Module, tokenizer: CharTokenizer, prompt: st
     raw.eval()
     try:
         ids = tokenizer.encode(prompt or "\n")[-raw.cfg.ctx:]
-        window = torch.tensor([ids], device=next(raw.parameters()).device)  # [1, n]
+        window = torch.tensor([ids], device=raw.device)                # [1, n]
         last = raw(window)[0, -1].cpu()                                # [1, n, V] -> [V]
     finally:
         raw.train(was_training)
