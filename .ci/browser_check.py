@@ -3,7 +3,9 @@
 For every page in the table of contents: it loads, its images are not broken, and its math is
 typeset by MathJax (served from the book itself, so this works offline). The left navigation
 lists every chapter; every chapter page has an "Open in Colab" link to its own notebook and at
-least one figure (the static lab figure); a folded answer opens on a click. Screenshots go to
+least one figure (the static lab figure), folded solutions that are closed when the page
+loads, and no code cell or output that scrolls sideways at a 1280 px window; a folded
+solution and a folded answer open on a click. Screenshots go to
 _build/browser/.
 
 Exit codes: 0 all checks passed, 1 a check failed, 3 no Chromium here (make decides whether
@@ -53,7 +55,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1280,1600"):
+                 "--disable-component-update", "--disable-sync", f"--window-size={WIDTH},1600"):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
@@ -72,6 +74,15 @@ def wait_for(driver, script: str, timeout: float = 20.0) -> bool:
 BROKEN_IMAGES = """return Array.from(document.images)
     .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'));"""
 HAS_MATH = "return document.querySelectorAll('.math, span.math, div.math').length;"
+# Every code cell's input and output block must fit its column: the longest line of each
+# block that scrolls is reported.
+SCROLLING = """return Array.from(document.querySelectorAll('div.cell pre, div.cell_output pre'))
+    .filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => p.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '')
+         .slice(0, 90));"""
+SOLUTIONS = """const all = document.querySelectorAll('details.anatomy-solution');
+    return {total: all.length, open: Array.from(all).filter(d => d.open).length};"""
+WIDTH = 1280
 MATH_DONE = ("return document.querySelectorAll('mjx-container').length > 0 && "
              "document.querySelectorAll('mjx-merror').length === 0;")
 
@@ -106,6 +117,14 @@ def check_chapter(driver, base: str, page: str, chapters: list[str], problems: l
         "return document.querySelectorAll('.cell_output img').length;")
     if not figures:
         problems.append(f"{page}: no figure in the cell outputs (the static lab figure?)")
+    for text in driver.execute_script(SCROLLING):
+        problems.append(f"{page}: a code cell or output scrolls sideways at "
+                        f"{WIDTH} px: {text!r}")
+    solutions = driver.execute_script(SOLUTIONS)
+    if not solutions["total"]:
+        problems.append(f"{page}: no folded solution (details.anatomy-solution)")
+    elif solutions["open"]:
+        problems.append(f"{page}: {solutions['open']} solutions are open when the page loads")
 
 
 def check_folded(driver, base: str, page: str, selector: str, expect: str, shot: str,
@@ -152,9 +171,9 @@ def main() -> int:
         for page in chapters:
             check_chapter(driver, base, page, chapters, problems)
         for page in chapters[:1]:
-            # A folded library solution (a hide-cell block) and a folded interview answer.
-            check_folded(driver, base, page, ".tag_solution details", "passed", "solution_open",
-                         problems)
+            # A folded library solution and a folded interview answer.
+            check_folded(driver, base, page, "details.anatomy-solution", "def ",
+                         "solution_open", problems)
             check_folded(driver, base, page, "details:not(.hide)", "", "answer_open", problems)
     finally:
         driver.quit()

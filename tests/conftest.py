@@ -110,3 +110,15 @@ class TorchGPT(nn.Module):
 def torch_reference() -> SimpleNamespace:
     """``.Block(d, h, d_ff)`` and ``.GPT(V, ctx, d, L, h, d_ff)``, each with ``.load(params)``."""
     return SimpleNamespace(Block=TorchBlock, GPT=TorchGPT)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the mutation test's counts, one line per exercise (test_mutants.py)."""
+    import sys
+
+    module = sys.modules.get("test_mutants")
+    lines = getattr(module, "AUDITS", [])
+    if lines:
+        terminalreporter.write_sep("-", "mutation test: mutants per exercise")
+        for line in lines:
+            terminalreporter.write_line(line)

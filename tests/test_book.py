@@ -109,12 +109,48 @@ def test_chapter_cites_a_source_and_links_glossary_terms(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_solutions_are_folded_and_labelled(chapter):
+def test_solutions_are_folded(chapter):
+    # The solution's recorded output is an HTML <details> block, closed: folded in the book,
+    # in Jupyter and in Colab alike. The cell's input (`solution("1.1")`) is left out of the
+    # book.
     solutions = [c for c in _code_cells(chapter) if "solution" in c["metadata"].get("tags", [])]
     assert solutions, "no folded solution cells"
     for cell in solutions:
-        assert "hide-cell" in cell["metadata"]["tags"]
-        assert cell["metadata"].get("mystnb", {}).get("code_prompt_show") == "Show the solution"
+        assert "remove-input" in cell["metadata"]["tags"]
+        html = [o["data"]["text/html"] for o in cell["outputs"] if "text/html" in
+                o.get("data", {})]
+        assert len(html) == 1, "a solution cell records one folded HTML block"
+        opening = "".join(html[0]).split(">", 1)[0]
+        assert opening.startswith("<details") and " open" not in opening
+
+
+COLUMN = 80   # characters of code or output that fit the code column at a 1280 px window
+
+
+def _visible_lines(cell: dict) -> list[tuple[str, str]]:
+    """(what, line) for every line the book shows of a code cell: its input and its text."""
+    tags = set(cell["metadata"].get("tags", []))
+    if "remove-cell" in tags:
+        return []
+    lines = []
+    if "remove-input" not in tags:
+        lines += [("code", line) for line in "".join(cell["source"]).splitlines()]
+    if "remove-output" not in tags:
+        for out in cell["outputs"]:
+            data = out.get("data", {})
+            if "text" in out:
+                lines += [("output", line) for line in "".join(out["text"]).splitlines()]
+            elif "text/plain" in data and not {"text/html", "image/png"} & set(data):
+                lines += [("output", line) for line in "".join(data["text/plain"]).splitlines()]
+    return lines
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_code_and_output_fit_the_column(chapter):
+    long = [(i, what, line) for i, cell in enumerate(_code_cells(chapter))
+            for what, line in _visible_lines(cell) if len(line) > COLUMN]
+    assert not long, (f"{len(long)} lines wider than {COLUMN} characters, e.g. code cell "
+                      f"{long[0][0]} ({long[0][1]}): {long[0][2]!r}")
 
 
 def _notebook(*outputs: str, tags=()) -> dict:

@@ -15,6 +15,8 @@ appears twice must have the same size both times, a prefix multiplies (``3d``), 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -199,3 +201,132 @@ def check_keys(given: Iterable[str], name: str, required: Iterable[str],
     unknown = sorted(given - set(expected))
     if unknown:
         raise ValueError(f"{name}: unknown key {unknown[0]!r} (expected keys: {listed})")
+
+
+# ---- one decorator: check the arguments against the docstring's Shapes line ---------------
+
+_ENTRY = re.compile(r"(?P<names>[A-Za-z_]\w*(?:\s*(?:,|and)\s*[A-Za-z_]\w*)*)\s+"
+                    r"(?P<bcast>broadcastable to\s+)?"
+                    r"(?P<specs>\[[^\]]*\](?:\s+or\s+\[[^\]]*\])*)")
+
+
+def _shape_entries(doc: str, params: Iterable[str]) -> list[tuple[str, tuple[str, ...], bool]]:
+    """The argument specs of a docstring's "Shapes:" block, up to its first "->".
+
+    "q, k [..., T, d_k], mask broadcastable to [..., T_q, T_k]" gives
+    [("q", ("[..., T, d_k]",), False), ("k", ...), ("mask", ("[..., T_q, T_k]",), True)];
+    names that are not parameters of the function are ignored.
+    """
+    _, found, rest = doc.partition("Shapes:")
+    if not found:
+        return []
+    inputs = " ".join(rest.split("->", 1)[0].split())
+    params = set(params)
+    entries = []
+    for match in _ENTRY.finditer(inputs):
+        specs = tuple(re.findall(r"\[[^\]]*\]", match.group("specs")))
+        for name in re.split(r"\s*(?:,|and)\s*", match.group("names")):
+            if name in params:
+                try:
+                    for spec in specs:
+                        _parse(spec)
+                except ValueError:
+                    continue             # a spec in words ("[d/2]"): documented, not checked
+                entries.append((name, specs, bool(match.group("bcast"))))
+    return entries
+
+
+def validated(fn=None, *, floats: Iterable[str] = (), where=None):
+    """Check a function's array arguments against the ``Shapes:`` line of its docstring.
+
+    Every argument named there is turned into an array (``floats``: integer arrays become
+    float64) and checked with :func:`check_shape`; a letter must have the same size in every
+    argument, arguments whose spec starts with ``...`` must have leading axes that broadcast
+    together, and "x broadcastable to [..., T_q, T_k]" must broadcast to that shape.
+    ``where(args)`` may add checks that a shape cannot say (a dtype, d % h); it receives the
+    bound arguments (a dict, arrays already converted) and the sizes of the letters.
+
+    The checks live here, not in the function's body, so the body reads like the math and
+    the docs and the checks cannot drift apart. An argument passed as None is not checked.
+    """
+    def decorate(func):
+        sig = inspect.signature(func)
+        entries = _shape_entries(func.__doc__ or "", sig.parameters)
+        as_float = frozenset(floats)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            values = bound.arguments
+            sizes: dict[str, int] = {}
+            leading: list[tuple[str, str, tuple[int, ...]]] = []
+            later = []
+            for name, specs, broadcast in entries:
+                if values.get(name) is None:
+                    continue
+                arr = np.asarray(values[name])
+                if name in as_float and not np.issubdtype(arr.dtype, np.floating):
+                    arr = arr.astype(np.float64)
+                values[name] = arr
+                if broadcast:
+                    later.append((name, specs[0], arr))
+                    continue
+                spec = _first_fit(arr, name, specs, sizes)
+                if _parse(spec)[0]:
+                    leading.append((name, spec, arr.shape))
+            _check_leading_axes(leading)
+            for name, spec, arr in later:
+                _check_broadcast(arr, name, spec, sizes, leading)
+            if where is not None:
+                where(values, sizes)
+            return func(*bound.args, **bound.kwargs)
+
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _first_fit(arr: np.ndarray, name: str, specs: tuple[str, ...],
+               sizes: dict[str, int]) -> str:
+    """Check ``arr`` against the first spec that fits; bind its letters into ``sizes``."""
+    first_error = None
+    for spec in specs:
+        try:
+            sizes.update(check_shape(arr, name, spec, **sizes))
+            return spec
+        except ValueError as error:
+            first_error = first_error or error
+    if len(specs) > 1:
+        raise ValueError(f"{name}: expected shape {' or '.join(specs)}, got {arr.shape}")
+    raise first_error
+
+
+def _check_broadcast(arr: np.ndarray, name: str, spec: str, sizes: dict[str, int],
+                     leading: list[tuple[str, str, tuple[int, ...]]]) -> None:
+    ellipsis, dims = _parse(spec)
+    if any(letter is not None and letter not in sizes for _, letter in dims):
+        return                                   # the target is not known from the others
+    core = tuple(n if letter is None else n * sizes[letter] for n, letter in dims)
+    lead = np.broadcast_shapes(*(_lead(shape, s) for _, s, shape in leading)) \
+        if ellipsis and leading else ()
+    check_broadcastable(arr, name, lead + core, spec=spec)
+
+
+def _lead(shape: tuple[int, ...], spec: str) -> tuple[int, ...]:
+    """The axes that a spec's leading "..." stands for."""
+    return tuple(shape[:len(shape) - len(_parse(spec)[1])])
+
+
+def _check_leading_axes(leading: list[tuple[str, str, tuple[int, ...]]]) -> None:
+    """Every "[..., ...]" argument's leading axes must broadcast with the first one's."""
+    if not leading:
+        return
+    first_name, first_spec, first_shape = leading[0]
+    ref = _lead(first_shape, first_spec)
+    for name, spec, shape in leading[1:]:
+        try:
+            np.broadcast_shapes(_lead(shape, spec), ref)
+        except ValueError:
+            raise shape_error(name, spec, shape, note=f"with leading axes broadcastable to "
+                              f"{first_name}'s {ref}") from None

@@ -11,21 +11,17 @@ import math
 
 import numpy as np
 
-from ._validate import (
-    check_broadcastable,
-    check_leading,
-    check_mask,
-    check_positive_int,
-    check_shape,
-)
+from ._validate import check_bool, check_positive_int, check_shape, validated
 
 
+@validated(floats=("z",))
 def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     """Turn scores into weights that are positive and sum to one along ``axis``.
 
     The row maximum is subtracted before ``exp``. Softmax does not change when a constant is
     added to a row, so the value is the same, but the largest exponent is now exp(0) = 1 and
-    nothing overflows, even for logits of 1e4.
+    nothing overflows, even for logits of 1e4. The shift also rescues a row whose scores are
+    all very negative: exp(-1000) underflows to 0, and 0 / 0 would be NaN.
 
     A row that is entirely -inf gives all zeros, not NaN. That is the row of a query whose
     every key is masked (a padding position with nothing real to look at): it takes no
@@ -34,9 +30,6 @@ def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
 
     Shapes: z [..., n] -> [..., n]  (normalised along ``axis``, -1 by default)
     """
-    z = np.asarray(z)
-    if not np.issubdtype(z.dtype, np.floating):
-        z = z.astype(np.float64)
     top = np.max(z, axis=axis, keepdims=True)                   # [..., n] -> [..., 1]
     # An all -inf row has max -inf, and -inf - (-inf) is NaN: shift such rows by 0 instead.
     top = np.where(np.isneginf(top), 0.0, top)
@@ -46,6 +39,7 @@ def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.where(total == 0, 1.0, total)
 
 
+@validated
 def scaled_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """How well each query matches each key: dot products divided by sqrt(d_k).
 
@@ -55,15 +49,17 @@ def scaled_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
 
     Shapes: q [..., T_q, d_k], k [..., T_k, d_k] -> scores [..., T_q, T_k]
     """
-    q, k = np.asarray(q), np.asarray(k)
-    d_k = check_shape(q, "q", "[..., T_q, d_k]")["d_k"]
-    check_shape(k, "k", "[..., T_k, d_k]", d_k=d_k)
-    check_leading(k, "k", "[..., T_k, d_k]", q.shape, "q")
     k_t = np.swapaxes(k, -1, -2)                   # [..., T_k, d_k] -> [..., d_k, T_k]
     # math.sqrt gives a Python float, which keeps float32 inputs in float32 under NumPy 2.
-    return (q @ k_t) / math.sqrt(d_k)   # [..., T_q, d_k] @ [..., d_k, T_k] -> [..., T_q, T_k]
+    return (q @ k_t) / math.sqrt(q.shape[-1])      # -> [..., T_q, T_k]
 
 
+def _boolean_mask(args: dict, sizes: dict) -> None:
+    if args["mask"] is not None:
+        check_bool(args["mask"], "mask")
+
+
+@validated(where=_boolean_mask)
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
               bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Scaled dot-product attention: softmax(q k^T / sqrt(d_k)) v, row by row.
@@ -80,18 +76,12 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
             -> out [..., T_q, d_v], weights [..., T_q, T_k]
     """
     scores = scaled_scores(q, k)                                  # [..., T_q, T_k]
-    v = np.asarray(v)
-    check_shape(v, "v", "[..., T_k, d_v]", T_k=scores.shape[-1])
-    check_leading(v, "v", "[..., T_k, d_v]", scores.shape, "scores")
     if bias is not None:
-        bias = np.asarray(bias)
-        check_broadcastable(bias, "bias", scores.shape)
-        scores = scores + bias
+        scores = scores + bias                                    # ALiBi's distance penalty
     if mask is not None:
-        mask = check_mask(mask, scores.shape)
-        scores = np.where(mask, -np.inf, scores)                  # [..., T_q, T_k]
+        scores = np.where(mask, -np.inf, scores)                  # forbidden -> weight 0
     weights = softmax(scores, axis=-1)                            # each row sums to 1
-    out = weights @ v                    # [..., T_q, T_k] @ [..., T_k, d_v] -> [..., T_q, d_v]
+    out = weights @ v              # [..., T_q, T_k] @ [..., T_k, d_v] -> [..., T_q, d_v]
     return out, weights
 
 

@@ -1,12 +1,14 @@
-"""Auto-checked exercises, one module per chapter (``ch01``, ``ch02``, ...).
+"""Auto-checked exercises, one module per chapter (``ch01``, ``ch02``, ..., ``appendix``).
 
 In a notebook::
 
-    from anatomy.exercises import check
-    check("1.1", softmax)          # prints one line: not attempted / failed: why / passed
+    from anatomy.exercises import check, solution, progress
+    check("1.1", my_softmax)   # one line: not attempted / failed: why / passed
+    solution("1.1")            # the library's answer, folded until you open it
+    progress(1)                # which of chapter 1's exercises you have passed so far
 
-``registry()`` maps every exercise id to its :class:`Exercise`, whose ``.reference`` is the
-library function that solves it and whose ``.check(fn)`` prints and returns a :class:`Result`.
+``registry()`` maps every exercise id to its :class:`Exercise` (``.kind``, ``.reference``,
+``.check(answer)``); ``python -m anatomy.exercises.grade NOTEBOOK...`` grades whole notebooks.
 """
 
 from __future__ import annotations
@@ -14,14 +16,30 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-from collections.abc import Callable
+from typing import Any
 
-from ._core import FAILED, NOT_ATTEMPTED, PASSED, Exercise, Result, Wrong
+from ._core import (
+    FAILED,
+    KINDS,
+    NOT_ATTEMPTED,
+    PASSED,
+    WIDTH,
+    Exercise,
+    Result,
+    Solution,
+    Wrong,
+)
 
 __all__ = ["Exercise", "Result", "Wrong", "register", "registry", "check", "solution",
-           "NOT_ATTEMPTED", "FAILED", "PASSED"]
+           "progress", "chapter_of", "NOT_ATTEMPTED", "FAILED", "PASSED", "KINDS"]
 
 _EXERCISES: dict[str, Exercise] = {}
+# The latest verdict on each exercise in this kernel, from the reader's own check() calls.
+_RESULTS: dict[str, Result] = {}
+_LAST_CHAPTER: list[str] = []
+
+# Chapters are numbered; the appendix's exercises are "A.1", "A.2", ... in module `appendix`.
+_MODULES = {"A": "appendix"}
 
 
 def register(exercise: Exercise) -> Exercise:
@@ -32,38 +50,94 @@ def register(exercise: Exercise) -> Exercise:
     return exercise
 
 
+def _module_name(chapter: str) -> str | None:
+    if chapter.isdigit():
+        return f"ch{int(chapter):02d}"
+    return _MODULES.get(chapter)
+
+
 def registry() -> dict[str, Exercise]:
     """Every exercise of the book, keyed by id ("1.1", "1.2", "1.C", ...), in book order."""
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("ch"):
+        if info.name.startswith("ch") or info.name in _MODULES.values():
             importlib.import_module(f"{__name__}.{info.name}")
     return dict(sorted(_EXERCISES.items(), key=lambda item: _order(item[0])))
 
 
 def _order(exercise_id: str) -> tuple:
     chapter, _, rest = exercise_id.partition(".")
-    return (int(chapter), not rest.isdigit(), int(rest) if rest.isdigit() else rest)
+    number = int(chapter) if chapter.isdigit() else 1000 + ord(chapter[:1] or "~")
+    return (number, not rest.isdigit(), int(rest) if rest.isdigit() else rest)
+
+
+def _import_chapter(chapter: str) -> None:
+    name = _module_name(chapter)
+    if name and importlib.util.find_spec(f"{__name__}.{name}"):
+        importlib.import_module(f"{__name__}.{name}")
 
 
 def _lookup(exercise_id: str) -> Exercise:
     # Import the exercise's own chapter module first, and every module only when the id is
     # not there: checking a NumPy chapter's exercise then never imports chapter 9's (torch).
-    chapter = exercise_id.partition(".")[0]
-    if chapter.isdigit() and importlib.util.find_spec(f"{__name__}.ch{int(chapter):02d}"):
-        importlib.import_module(f"{__name__}.ch{int(chapter):02d}")
-        if exercise_id in _EXERCISES:
-            return _EXERCISES[exercise_id]
+    _import_chapter(exercise_id.partition(".")[0])
+    if exercise_id in _EXERCISES:
+        return _EXERCISES[exercise_id]
     exercises = registry()
     if exercise_id not in exercises:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(exercises)}")
     return exercises[exercise_id]
 
 
-def check(exercise_id: str, fn: Callable) -> Result:
-    """Check the reader's ``fn`` against exercise ``exercise_id``; prints one line."""
-    return _lookup(exercise_id).check(fn)
+def chapter_of(chapter: int | str) -> list[Exercise]:
+    """The exercises of one chapter (1, "1", or "A" for the appendix), in book order."""
+    key = str(chapter)
+    _import_chapter(key)
+    return [ex for exercise_id, ex in sorted(_EXERCISES.items(), key=lambda i: _order(i[0]))
+            if ex.chapter == key]
 
 
-def solution(exercise_id: str) -> Result:
-    """Show the library's solution to an exercise and run the same check on it."""
-    return _lookup(exercise_id).solution()
+def check(exercise_id: str, answer: Any) -> Result:
+    """Check the reader's answer to exercise ``exercise_id``; prints one line."""
+    exercise = _lookup(exercise_id)
+    result = exercise.check(answer)
+    _RESULTS[exercise_id] = result
+    _LAST_CHAPTER[:] = [exercise.chapter]
+    return result
+
+
+def solution(exercise_id: str) -> Solution:
+    """The library's solution to an exercise, folded (open it to read), checked like an answer.
+
+    The check runs on the reference and prints its verdict; it does not count as the
+    reader's own pass in ``progress``.
+    """
+    exercise = _lookup(exercise_id)
+    verdict = exercise.check(exercise.reference, quiet=True)
+    print(Result(f"{exercise_id} (the library's solution)", verdict.status,
+                 verdict.message).line)
+    return exercise.solution()
+
+
+def progress(chapter: int | str | None = None) -> dict[str, str]:
+    """Print which of a chapter's exercises the reader has passed in this kernel.
+
+    ``chapter`` defaults to the chapter of the latest check. Returns {id: status}.
+    """
+    if chapter is None:
+        if not _LAST_CHAPTER:
+            print("progress: no exercise checked yet in this session")
+            return {}
+        chapter = _LAST_CHAPTER[0]
+    exercises = chapter_of(chapter)
+    if not exercises:
+        raise KeyError(f"no exercises for chapter {chapter!r}")
+    status = {ex.id: _RESULTS[ex.id].status if ex.id in _RESULTS else NOT_ATTEMPTED
+              for ex in exercises}
+    passed = sum(s == PASSED for s in status.values())
+    name = f"Appendix {chapter}" if not str(chapter).isdigit() else f"Chapter {chapter}"
+    print(f"{name}: {passed} of {len(status)} exercises passed in this session")
+    for ex in exercises:
+        mark = {PASSED: "[x]", FAILED: "[!]"}.get(status[ex.id], "[ ]")
+        line = f"  {mark} {ex.id} {ex.title} ({ex.kind}): {status[ex.id]}"
+        print(line if len(line) <= WIDTH else line[:WIDTH - 3] + "...")
+    return status

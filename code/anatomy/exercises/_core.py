@@ -1,22 +1,36 @@
-"""The exercise protocol: how a check looks at a reader's function and explains what it sees.
+"""The exercise protocol: how a check looks at a reader's answer and explains what it sees.
 
-An exercise cell holds a stub that raises ``NotImplementedError``. The next cell calls
-``check("1.1", softmax)``, which runs the reader's function on fixed cases and prints exactly
-one line:
+An exercise cell holds a stub: a function that raises ``NotImplementedError``, or a value
+left as ``...``. The next cell calls ``check("1.1", my_softmax)``, which runs the answer on
+fixed cases *and* on fresh random inputs (seeded anew on every call, so a typed constant
+cannot pass) and prints exactly one line:
 
-- ``not attempted yet`` while the stub still raises ``NotImplementedError``;
-- ``failed: <what is wrong and where>`` for the first problem found;
-- ``passed`` when every case agrees with the library's reference.
+- ``not attempted yet`` while the stub is untouched;
+- ``failed: <what is wrong, on which case, and the likely cause>`` for the first problem;
+- ``a different convention: ...`` when the answer is valid but not the one asked for;
+- ``passed`` when every case agrees with the reference.
 
 A check never raises into the notebook: whatever the reader's code does (crash, wrong type,
 wrong shape, NaN) becomes the explanation on that line.
+
+Exercises come in five kinds (``KINDS``): *implement* a function from a spec, *predict* a
+number, shape or choice before running anything, *debug* a function with one realistic bug,
+*construct* weights or inputs that make a mechanism behave, and *measure* with an experiment
+of your own.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import html
 import inspect
-from collections.abc import Callable
+import math
+import secrets
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +38,28 @@ NOT_ATTEMPTED = "not attempted"
 FAILED = "failed"
 PASSED = "passed"
 
+KINDS = {
+    "implement": "write a function from its spec",
+    "predict": "commit to a number, shape or choice before running anything",
+    "debug": "find and fix one realistic bug",
+    "construct": "choose weights or inputs that make a mechanism behave",
+    "measure": "run an experiment and report a figure",
+}
+
+WIDTH = 78   # printed lines fit the book's code column at 1280 px (checked in the browser)
+
 
 class Wrong(Exception):
     """A problem found in the reader's answer; its message is shown to the reader as is."""
+
+
+class OtherConvention(Wrong):
+    """A valid answer that follows a different convention from the one the exercise asks for."""
+
+
+def other_convention(what: str, asks: str) -> OtherConvention:
+    """``raise other_convention("clockwise rotation ...", "the counter-clockwise ...")``."""
+    return OtherConvention(f"{what}; this exercise asks for {asks}")
 
 
 @dataclass(frozen=True)
@@ -39,7 +72,10 @@ class Result:
 
     @property
     def line(self) -> str:
-        return f"Exercise {self.exercise}: {self.message}"
+        """The verdict, wrapped to the book's column, continuation lines indented."""
+        return textwrap.fill(f"Exercise {self.exercise}: {self.message}", width=WIDTH,
+                             subsequent_indent="    ", break_on_hyphens=False,
+                             break_long_words=False)
 
     def __bool__(self) -> bool:
         return self.status == PASSED
@@ -50,60 +86,259 @@ class Result:
         pass
 
 
+def _unanswered(answer: object) -> bool:
+    return answer is Ellipsis
+
+
 @dataclass(frozen=True)
 class Exercise:
     """One auto-checked exercise.
 
-    ``diagnose(fn)`` runs the reader's ``fn`` on the exercise's cases and raises ``Wrong`` with
-    an explanation at the first problem. ``wrong_answers`` are known-wrong implementations,
-    each with a fragment of the message its check must print; the test suite holds every
-    exercise to them, so a check that would pass a wrong answer cannot go unnoticed.
+    ``diagnose(answer, rng)`` looks at the reader's answer (a function, or a value for
+    *predict* and some *construct* exercises) and raises ``Wrong`` with an explanation at the
+    first problem; ``rng`` is seeded afresh on every check, for the random cases.
+
+    ``reference`` solves the exercise: the library function (implement, debug, measure), the
+    right value (predict), or a function that builds a valid answer (construct).
+    ``wrong_answers`` are known-wrong answers, each with a fragment of the message its check
+    must print; the tests hold every exercise to them. ``battery(rng)`` lists valid inputs as
+    ``(args, kwargs)`` pairs: the mutation test runs the reference and its mutants on them,
+    and a *debug* check uses them to tell an untouched ``given`` function from a fix.
+    ``rtol``/``atol`` are the tolerance a right answer is allowed (float32 where the spec
+    allows it); two outputs closer than that count as the same. ``explain`` is shown with the
+    solution (the reasoning behind a predict answer, say). ``no_mutants`` gives the reason an
+    exercise with a function reference is left out of the mutation test, if it is.
     """
 
     id: str
     title: str
-    reference: Callable
-    diagnose: Callable[[Callable], None]
+    kind: str
+    reference: Any
+    diagnose: Callable[[Any, np.random.Generator], None]
     success: str = "passed"
-    wrong_answers: tuple[tuple[Callable, str], ...] = field(default=(), repr=False)
+    wrong_answers: tuple[tuple[Any, str], ...] = field(default=(), repr=False)
+    given: Callable | None = field(default=None, repr=False)
+    battery: Callable[[np.random.Generator], list[tuple[tuple, dict]]] | None = field(
+        default=None, repr=False)
+    rtol: float = 1e-5
+    atol: float = 1e-8
+    explain: str = ""
+    no_mutants: str = ""
 
-    def check(self, fn: Callable, *, quiet: bool = False) -> Result:
-        """Run the checks on ``fn``, print one line (unless ``quiet``), return the Result."""
-        result = self._judge(fn)
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"exercise {self.id}: kind must be one of {', '.join(KINDS)}, "
+                             f"got {self.kind!r}")
+        if self.kind == "debug" and (self.given is None or self.battery is None):
+            raise ValueError(f"exercise {self.id}: a debug exercise needs `given` (the buggy "
+                             "function) and a `battery` of inputs")
+        if self.kind == "predict" and not self.explain:
+            raise ValueError(f"exercise {self.id}: a predict exercise needs `explain`")
+
+    @property
+    def chapter(self) -> str:
+        return self.id.partition(".")[0]
+
+    @property
+    def takes_function(self) -> bool:
+        """Whether the reader answers with a function (else with a value)."""
+        return self.kind in ("implement", "debug", "measure") or callable(self.reference)
+
+    def check(self, answer: Any, *, quiet: bool = False, seed: int | None = None) -> Result:
+        """Judge ``answer``, print one line (unless ``quiet``) and return the Result.
+
+        The random cases are drawn from ``seed``; by default a fresh one on every call.
+        """
+        rng = np.random.default_rng(secrets.randbits(64) if seed is None else seed)
+        result = self._judge(answer, rng)
         if not quiet:
             print(result.line)
         return result
 
-    def _judge(self, fn: Callable) -> Result:
-        if not callable(fn):
-            return Result(self.id, FAILED, f"failed: expected a function, got {type(fn).__name__}")
+    def _judge(self, answer: Any, rng: np.random.Generator) -> Result:
+        if _unanswered(answer):
+            return Result(self.id, NOT_ATTEMPTED, "not attempted yet (replace the ... with "
+                          "your answer)")
+        if self.takes_function and not callable(answer):
+            return Result(self.id, FAILED, f"failed: expected a function, got "
+                          f"{type(answer).__name__}")
         try:
-            self.diagnose(fn)
+            if self.kind == "debug" and self._behaves_like_given(answer, rng):
+                return Result(self.id, NOT_ATTEMPTED, "not attempted yet (this still "
+                              "behaves exactly like the function as given: find the bug "
+                              "and fix it)")
+            self.diagnose(answer, rng)
         except NotImplementedError:
             return Result(self.id, NOT_ATTEMPTED, "not attempted yet (the stub still raises "
                           "NotImplementedError: replace it with your code)")
+        except OtherConvention as problem:
+            return Result(self.id, FAILED, f"a different convention: {problem}")
         except Wrong as problem:
             return Result(self.id, FAILED, f"failed: {problem}")
         except Exception as error:  # the check itself must never raise into the notebook
             return Result(self.id, FAILED, f"failed: {type(error).__name__}: {error}")
         return Result(self.id, PASSED, f"passed ({self.success})")
 
-    def solution(self) -> Result:
-        """Print the reference implementation's source, then check it like any answer."""
-        print(inspect.getsource(self.reference))
-        return self.check(self.reference)
+    def _behaves_like_given(self, answer: Callable, rng: np.random.Generator) -> bool:
+        """Whether ``answer`` does exactly what the buggy ``given`` does on the battery
+        (the same outputs, or an error wherever ``given`` raises one)."""
+        for args, kwargs in self.battery(rng):
+            outcomes = []
+            for fn in (answer, self.given):
+                try:
+                    outcomes.append((True, call_quietly(fn, args, kwargs)))
+                except NotImplementedError:
+                    raise
+                except Exception as error:
+                    outcomes.append((False, type(error)))
+            (ok_mine, mine), (ok_given, given) = outcomes
+            if ok_mine != ok_given or (ok_mine and not self.same(mine, given)) or (
+                    not ok_mine and mine is not given):
+                return False
+        return True
+
+    def same(self, a: Any, b: Any) -> bool:
+        """Whether two outputs agree within this exercise's tolerance."""
+        return same(a, b, self.rtol, self.atol)
+
+    def solution(self) -> Solution:
+        """The folded solution: the reference's source (or the answer and why)."""
+        return Solution(self)
+
+
+# ---- the folded solution ---------------------------------------------------------------
+
+
+def source_of(fn: Callable) -> str:
+    """A function's source as written in the library (decorators included)."""
+    return textwrap.dedent(inspect.getsource(fn))
+
+
+def _highlight(code: str) -> str:
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import DiffLexer, PythonLexer
+    except ImportError:  # pragma: no cover - pygments ships with IPython
+        return f"<pre>{html.escape(code)}</pre>"
+    lexer = DiffLexer() if code.startswith("--- ") else PythonLexer()
+    # Inline styles, so the colours survive in Colab and GitHub as well as in the book.
+    formatter = HtmlFormatter(noclasses=True, nowrap=True, style="default")
+    return ('<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0.5em 0; '
+            'padding: 0.5em; background: #f8f8f8">'
+            + highlight(code, lexer, formatter) + "</pre>")
+
+
+class Solution:
+    """A solution that stays folded until the reader opens it (an HTML ``<details>``).
+
+    Jupyter, Colab, VS Code and the book render the HTML, closed; plain-text front ends get
+    the text. It is only ever shown by the cell that asks for it.
+    """
+
+    def __init__(self, exercise: Exercise):
+        self.exercise = exercise
+        self.parts = _solution_parts(exercise)
+
+    def __repr__(self) -> str:
+        return "\n\n".join(text for _, text in self.parts)
+
+    def _repr_html_(self) -> str:
+        ex = self.exercise
+        body = "".join(_highlight(text) if is_code else f"<p>{html.escape(text)}</p>"
+                       for is_code, text in self.parts)
+        return (f'<details class="anatomy-solution"><summary>Show the solution to '
+                f"Exercise {html.escape(ex.id)} ({html.escape(ex.kind)})</summary>"
+                f"{body}</details>")
+
+
+def _solution_parts(ex: Exercise) -> list[tuple[bool, str]]:
+    """(is_code, text) pieces: explanation and source, in reading order."""
+    parts: list[tuple[bool, str]] = []
+    if ex.explain:
+        parts.append((False, ex.explain))
+    if ex.kind == "debug":
+        diff = difflib.unified_diff(_body(ex.given), _body(ex.reference), "as given",
+                                    "fixed", lineterm="", n=1)
+        parts.append((True, "\n".join(diff)))
+        parts.append((False, "The fixed function, as the library has it:"))
+        parts.append((True, source_of(ex.reference)))
+    elif callable(ex.reference):
+        parts.append((True, source_of(ex.reference)))
+    else:
+        parts.append((False, f"Answer: {ex.reference!r}"))
+    return parts
+
+
+def _body(fn: Callable) -> list[str]:
+    """A function's statements without decorators, signature or docstring, dedented."""
+    import ast
+
+    source = source_of(inspect.unwrap(fn))
+    func = ast.parse(source).body[0]
+    first = func.body[0]
+    skip_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None),
+                                                          ast.Constant)
+    start = func.body[1 if skip_doc and len(func.body) > 1 else 0].lineno
+    lines = source.splitlines()[start - 1:func.end_lineno]
+    return textwrap.dedent("\n".join(lines)).splitlines()
+
+
+# ---- comparing outputs -----------------------------------------------------------------
+
+
+def call_quietly(fn: Callable, args: Sequence, kwargs: Mapping) -> Any:
+    """Call ``fn`` on deep copies of its inputs (so it cannot change them), warnings hushed."""
+    args, kwargs = copy.deepcopy(tuple(args)), copy.deepcopy(dict(kwargs))
+    with np.errstate(all="ignore"):
+        return fn(*args, **kwargs)
+
+
+def _numeric(x: Any) -> np.ndarray | None:
+    if hasattr(x, "detach") and hasattr(x, "cpu"):          # a torch tensor
+        x = x.detach().cpu().numpy()
+    if isinstance(x, (bool, int, float, np.number, np.bool_, np.ndarray)):
+        return np.asarray(x)
+    return None
+
+
+def same(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+    """Deep equality of outputs: arrays within tolerance (NaN equals NaN), containers by item."""
+    na, nb = _numeric(a), _numeric(b)
+    if na is not None and nb is not None:
+        if na.shape != nb.shape:
+            return False
+        if na.dtype.kind in "biuf" and nb.dtype.kind in "biuf":
+            return bool(np.allclose(na.astype(float), nb.astype(float), rtol=rtol, atol=atol,
+                                    equal_nan=True))
+        return bool(np.array_equal(na, nb))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same(a[k], b[k], rtol, atol) for k in a)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(same(x, y, rtol, atol) for x, y in zip(a, b, strict=True)))
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 # ---- helpers the chapter modules use to write their diagnoses ---------------------------
 
 
-def run(fn: Callable, *args, case: str, hint: str = "", **kwargs):
+def run(fn: Callable, *args, case: str, hint: str = "", copy_inputs: bool = True, **kwargs):
     """Call the reader's function on one case; turn a crash into an explanation.
 
     ``hint`` is added to the message when the function raises: the likely cause on this case.
+    The inputs are copies, so an answer that changes its arguments in place cannot spoil the
+    check's own reference values; ``copy_inputs=False`` passes the objects themselves (when
+    the check needs their identity, e.g. a model's parameters).
     """
     try:
-        return fn(*args, **kwargs)
+        if not copy_inputs:
+            with np.errstate(all="ignore"):
+                return fn(*args, **kwargs)
+        return call_quietly(fn, args, kwargs)
     except (NotImplementedError, Wrong):
         raise
     except Exception as error:
@@ -115,6 +350,8 @@ def as_array(got, *, case: str, name: str = "the result") -> np.ndarray:
     """The reader's return value as an array, or an explanation of why it is not one."""
     if got is None:
         raise Wrong(f"on {case}, {name} is None: did you forget to return it?")
+    if hasattr(got, "detach") and hasattr(got, "cpu"):      # a torch tensor is fine too
+        got = got.detach().cpu().numpy()
     try:
         arr = np.asarray(got, dtype=float)
     except (TypeError, ValueError):
@@ -136,18 +373,42 @@ def expect_finite(arr: np.ndarray, *, case: str, name: str = "the result", hint:
         raise Wrong(f"on {case}, {name} contains {bad}" + (f": {hint}" if hint else ""))
 
 
-def expect_close(got, want, *, case: str, name: str = "the result", atol: float = 1e-6,
-                 hint: str = "") -> np.ndarray:
-    """Shape, then finiteness, then values; the message points at the worst entry."""
+def expect_close(got, want, *, case: str, name: str = "the result", atol: float = 1e-8,
+                 rtol: float = 1e-5, hint: str = "") -> np.ndarray:
+    """Shape, then finiteness, then values within ``atol + rtol * |want|``.
+
+    The defaults accept a float32 answer to a float64 reference; the message points at the
+    worst entry.
+    """
     want = np.asarray(want, dtype=float)
     arr = expect_shape(got, want.shape, case=case, name=name)
     if np.all(np.isfinite(want)):
         expect_finite(arr, case=case, name=name, hint=hint)
-    diff = np.array(np.abs(arr - want))  # an array even for 0-d inputs, so it is writable
-    diff[np.isnan(diff) & (arr == want)] = 0.0  # matching infinities
-    if diff.size and np.nanmax(diff) > atol:
-        at = np.unravel_index(int(np.nanargmax(diff)), diff.shape)
+    with np.errstate(invalid="ignore"):
+        excess = np.array(np.abs(arr - want) - (atol + rtol * np.abs(want)))
+    excess[np.isnan(excess) & (arr == want)] = -1.0           # matching infinities
+    excess[np.isnan(excess)] = np.inf                          # NaN where a number belongs
+    if excess.size and excess.max() > 0:
+        at = np.unravel_index(int(np.argmax(excess)), excess.shape)
         where = f"{name}[{', '.join(map(str, at))}]" if arr.ndim else name
         raise Wrong(f"on {case}, {where} is {arr[at]:.4g} but should be {want[at]:.4g}"
                     + (f": {hint}" if hint else ""))
     return arr
+
+
+def expect_number(got, *, case: str, name: str = "the result") -> float:
+    """One finite number (a Python or NumPy scalar, or a one-element array)."""
+    arr = as_array(got, case=case, name=name)
+    if arr.size != 1:
+        raise Wrong(f"on {case}, {name} has shape {arr.shape}; expected one number")
+    value = float(arr.reshape(()))
+    if not math.isfinite(value):
+        raise Wrong(f"on {case}, {name} is {value}; expected a finite number")
+    return value
+
+
+def random_leading(rng: np.random.Generator, max_axes: int = 2, max_size: int = 3
+                   ) -> tuple[int, ...]:
+    """A random tuple of 0 to ``max_axes`` leading (batch, head) axes, each 1 to ``max_size``."""
+    return tuple(int(n) for n in rng.integers(1, max_size + 1, size=rng.integers(0,
+                                                                                 max_axes + 1)))

@@ -1,47 +1,77 @@
-"""Chapter 1 exercises: softmax, scaled scores, and attention itself (the challenge)."""
+"""Chapter 1 exercises: a stable softmax (implement), scores that break on a batch (debug),
+which output rows a value reaches (predict), a head programmed by hand (construct), and
+attention itself (the challenge)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from ..attention import attention, scaled_scores, softmax
+from ..examples import ali_makan
 from ..masks import causal_mask
 from . import register
-from ._core import Exercise, Wrong, as_array, expect_close, expect_finite, expect_shape, run
+from ._core import (
+    Exercise,
+    Wrong,
+    as_array,
+    expect_close,
+    expect_finite,
+    expect_shape,
+    random_leading,
+    run,
+)
 
-# ---- 1.1 softmax ------------------------------------------------------------------------
+# ---- 1.1 softmax (implement) --------------------------------------------------------------
+
+_SHIFT = ("subtract each row's own maximum before exp (np.max(z, axis=axis, keepdims=True)); "
+          "the softmax does not change, and exp can no longer overflow or underflow to 0/0")
 
 
-def _diagnose_softmax(fn) -> None:
-    row = np.array([1.0, 2.0, 3.0])
-    expect_close(run(fn, row, case="z = [1, 2, 3]"), softmax(row), case="z = [1, 2, 3]")
+def _softmax_cases(rng: np.random.Generator) -> list[tuple[str, np.ndarray, int]]:
+    """(case, z, axis): fixed edge cases, then fresh random ones."""
+    cases = [
+        ("z = [1, 2, 3]", np.array([1.0, 2.0, 3.0]), -1),
+        ("a [2, 3] batch of rows", np.array([[1.0, 2.0, 3.0], [0.5, 0.5, -1.0]]), -1),
+        ("a [3, 2] array with axis=0", np.array([[0.0, 3.0], [1.0, 2.0], [2.0, 1.0]]), 0),
+        ("large logits [1000, 1001, 1002]", np.array([1000.0, 1001.0, 1002.0]), -1),
+        ("very negative logits [-1000, -1001, -1002]", np.array([-1000.0, -1001.0, -1002.0]),
+         -1),
+        ("rows of very different scale, [[1000, 1001], [-1000, -999]]",
+         np.array([[1000.0, 1001.0], [-1000.0, -999.0]]), -1),
+        ("a wide row [-1000, 0, 1000]", np.array([-1000.0, 0.0, 1000.0]), -1),
+        ("a single entry z = [7]", np.array([7.0]), -1),
+    ]
+    for i in range(3):
+        shape = (*random_leading(rng), int(rng.integers(1, 8)))
+        scale = 10.0 ** rng.uniform(-1, 3)
+        z = rng.standard_normal(shape) * scale + rng.uniform(-500, 500)
+        dtype = np.float32 if i == 1 else np.float64
+        axis = int(rng.integers(-len(shape), len(shape)))
+        cases.append((f"fresh random scores of shape {shape} ({np.dtype(dtype).name}, "
+                      f"axis={axis})", z.astype(dtype), axis))
+    return cases
 
-    batch = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, -1.0]])
-    case = "a [2, 3] batch of rows"
-    got = expect_shape(run(fn, batch, case=case), batch.shape, case=case)
-    sums = got.sum(axis=-1)
-    if not np.allclose(sums, 1.0):
-        raise Wrong(f"on {case}, the rows sum to {np.round(sums, 3).tolist()} instead of 1: "
-                    "divide each row by its own sum (np.sum(..., axis=axis, keepdims=True))")
-    expect_close(got, softmax(batch), case=case)
 
-    cols = np.array([[0.0, 3.0], [1.0, 2.0], [2.0, 1.0]])
-    case = "a [3, 2] array with axis=0"
-    got = expect_shape(run(fn, cols, axis=0, case=case), cols.shape, case=case)
-    if not np.allclose(got.sum(axis=0), 1.0):
-        raise Wrong(f"on {case}, the columns do not sum to 1: normalise along the `axis` "
-                    "argument, not always the last axis")
-    expect_close(got, softmax(cols, axis=0), case=case)
+def _diagnose_softmax(fn, rng) -> None:
+    for case, z, axis in _softmax_cases(rng):
+        # axis=-1 is left to the default, which must be the last axis
+        kwargs = {} if axis == -1 else {"axis": axis}
+        got = expect_shape(run(fn, z, case=case, **kwargs), z.shape, case=case)
+        expect_finite(got, case=case, hint=_SHIFT)
+        sums = got.sum(axis=axis)
+        if not np.allclose(sums, 1.0, rtol=1e-5):
+            if axis != -1 and np.allclose(got.sum(axis=-1), 1.0):
+                raise Wrong(f"on {case}, the weights sum to 1 along the last axis, not along "
+                            "axis: normalise along the `axis` argument")
+            raise Wrong(f"on {case}, the weights do not sum to 1 along axis={axis} (sums "
+                        f"{np.round(sums, 3).ravel()[:4].tolist()}): divide each row by its "
+                        "own sum (np.sum(..., axis=axis, keepdims=True))")
+        expect_close(got, softmax(z.astype(float), axis=axis), case=case, rtol=1e-5,
+                     atol=1e-12)
 
-    big = np.array([1000.0, 1001.0, 1002.0])
-    case = "large logits [1000, 1001, 1002]"
-    with np.errstate(all="ignore"):
-        got = expect_shape(run(fn, big, case=case), big.shape, case=case)
-    expect_finite(got, case=case, hint="exp(1000) overflows to inf; subtract the row maximum "
-                  "before exp (the softmax value does not change)")
-    expect_close(got, softmax(big), case=case)
+
+def _softmax_battery(rng):
+    return [((z,), {} if axis == -1 else {"axis": axis}) for _, z, axis in _softmax_cases(rng)]
 
 
 def _naive_softmax(z, axis=-1):
@@ -49,9 +79,9 @@ def _naive_softmax(z, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def _global_sum_softmax(z, axis=-1):
+def _global_max_softmax(z, axis=-1):
     e = np.exp(z - np.max(z))
-    return e / e.sum()
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def _last_axis_softmax(z, axis=-1):
@@ -59,77 +89,218 @@ def _last_axis_softmax(z, axis=-1):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _global_sum_softmax(z, axis=-1):
+    e = np.exp(z - np.max(z, axis=axis, keepdims=True))
+    return e / e.sum()
+
+
 register(Exercise(
     id="1.1",
     title="A numerically stable softmax",
+    kind="implement",
     reference=softmax,
     diagnose=_diagnose_softmax,
-    success="matches the reference on rows, batches, axis=0 and logits of 1000",
+    battery=_softmax_battery,
+    success="rows, batches, any axis, logits of +-1000, rows of very different scale, "
+            "float32, and fresh random inputs",
     wrong_answers=(
-        (_naive_softmax, "subtract the row maximum"),
-        (_global_sum_softmax, "the rows sum to"),
+        (_naive_softmax, "subtract each row's own maximum"),
+        (_global_max_softmax, "subtract each row's own maximum"),
         (_last_axis_softmax, "normalise along the `axis`"),
+        (_global_sum_softmax, "divide each row by its own sum"),
     ),
 ))
 
-# ---- 1.2 scaled scores ------------------------------------------------------------------
-
-_SWAP = ("on a batch, k.T reverses every axis; transpose only the last two axes of k "
-         "(np.swapaxes(k, -1, -2))")
+# ---- 1.2 scores that break on a batch (debug) -------------------------------------------
 
 
-def _diagnose_scores(fn) -> None:
-    rng = np.random.default_rng(1)
-    q, k = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
-    case = "q [3, 4] and k [5, 4]"
-    got = as_array(run(fn, q, k, case=case), case=case)
-    want = scaled_scores(q, k)
-    if got.shape == (5, 3):
-        raise Wrong(f"on {case}, the result has shape (5, 3); expected (3, 5) = [T_q, T_k]: "
-                    "row i must hold query i against every key (q @ k^T, not k @ q^T)")
-    got = expect_shape(got, want.shape, case=case)
-    if np.allclose(got, want * math.sqrt(4)):
-        raise Wrong(f"on {case}, the scores are sqrt(d_k) = 2 times too large: divide the dot "
-                    "products by sqrt(d_k)")
-    if np.allclose(got, want / math.sqrt(4)):
-        raise Wrong(f"on {case}, the scores are 2 times too small: divide by sqrt(d_k), not d_k")
-    expect_close(got, want, case=case)
-
-    q, k = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))
-    case = "a batch q [2, 3, 4] and k [2, 5, 4]"
-    got = run(fn, q, k, case=case, hint=_SWAP)
-    if np.shape(got) != (2, 3, 5):
-        raise Wrong(f"on {case}, the result has shape {np.shape(got)}; expected (2, 3, 5): "
-                    + _SWAP)
-    expect_close(got, scaled_scores(q, k), case=case)
+def _given_scores(q, k):
+    """Scaled dot-product scores: q [..., T_q, d_k], k [..., T_k, d_k] -> [..., T_q, T_k]."""
+    return q @ k.T / np.sqrt(q.shape[-1])
 
 
-def _unscaled(q, k):
+_SWAP = ("k.T reverses *every* axis of a batch [B, T_k, d_k] into [d_k, T_k, B]; transpose "
+         "only the last two axes, np.swapaxes(k, -1, -2)")
+
+
+def _score_cases(rng) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    cases = [("q [3, 4] and k [5, 4]", rng.standard_normal((3, 4)),
+              rng.standard_normal((5, 4))),
+             ("a batch q [2, 3, 4] and k [2, 5, 4]", rng.standard_normal((2, 3, 4)),
+              rng.standard_normal((2, 5, 4))),
+             ("a batch of heads q [2, 3, 6, 8] and k [2, 3, 6, 8]",
+              rng.standard_normal((2, 3, 6, 8)), rng.standard_normal((2, 3, 6, 8)))]
+    lead = random_leading(rng, max_axes=3)
+    T_q, T_k = (int(n) for n in rng.integers(1, 9, size=2))
+    d_k = int(rng.integers(2, 9))
+    cases.append((f"fresh random q {list((*lead, T_q, d_k))} and k {list((*lead, T_k, d_k))}",
+                  rng.standard_normal((*lead, T_q, d_k)).astype(np.float32),
+                  rng.standard_normal((*lead, T_k, d_k)).astype(np.float32)))
+    return cases
+
+
+def _diagnose_scores(fn, rng) -> None:
+    for case, q, k in _score_cases(rng):
+        want = scaled_scores(q, k)
+        got = as_array(run(fn, q, k, case=case, hint=_SWAP), case=case)
+        if got.shape != want.shape:
+            raise Wrong(f"on {case}, the scores have shape {got.shape}; expected {want.shape} "
+                        "= [..., T_q, T_k]" + (f": {_SWAP}" if q.ndim > 2 else ""))
+        if q.shape[-1] > 1 and np.allclose(got, want * np.sqrt(q.shape[-1]), rtol=1e-4):
+            raise Wrong(f"on {case}, the scores are sqrt(d_k) times too large: keep the "
+                        "division by sqrt(d_k)")
+        expect_close(got, want, case=case, rtol=1e-4, atol=1e-6)
+
+
+def _score_battery(rng):
+    return [((q, k), {}) for _, q, k in _score_cases(rng)]
+
+
+def _fixed_for_three_axes(q, k):
+    return q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+
+
+def _reshape_transpose(q, k):
+    return q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]) / np.sqrt(q.shape[-1])
+
+
+def _scores_unscaled(q, k):
     return q @ np.swapaxes(k, -1, -2)
-
-
-def _over_d_k(q, k):
-    return q @ np.swapaxes(k, -1, -2) / q.shape[-1]
-
-
-def _plain_transpose(q, k):
-    return np.matmul(q, k.T) / np.sqrt(q.shape[-1])
 
 
 register(Exercise(
     id="1.2",
-    title="Scaled dot-product scores",
+    title="Scores that break on a batch",
+    kind="debug",
     reference=scaled_scores,
+    given=_given_scores,
     diagnose=_diagnose_scores,
-    success="q k^T / sqrt(d_k), for one sequence and for a batch",
+    battery=_score_battery,
+    success="q k^T / sqrt(d_k) for one sequence, a batch, a batch of heads and fresh "
+            "random shapes",
+    explain="The bug is k.T: on a 2-D key matrix it is the transpose you want, but on a "
+            "batch it reverses every axis. Swap only the last two axes.",
     wrong_answers=(
-        (_unscaled, "2 times too large"),
-        (_over_d_k, "not d_k"),
-        (_plain_transpose, "transpose only the last two"),
+        (_fixed_for_three_axes, "transpose only the last two axes"),
+        (_reshape_transpose, "should be"),
+        (_scores_unscaled, "sqrt(d_k) times too large"),
     ),
 ))
 
-# ---- 1.C challenge: attention -----------------------------------------------------------
+# ---- 1.3 which output rows does one value reach? (predict) ------------------------------
+
+_ALL_ROWS = frozenset({0, 1, 2, 3})
+_WHY_ALL = ("every row of the output is a weighted average of *all* value rows, and no "
+            "softmax weight is exactly 0 (exp of a finite score is positive), so a change "
+            "in V[2] reaches every row")
+
+
+def _diagnose_rows(answer, rng) -> None:
+    try:
+        rows = {int(i) for i in answer}
+    except (TypeError, ValueError):
+        raise Wrong("answer with a set of row indices, e.g. {0, 2}") from None
+    if not rows <= _ALL_ROWS:
+        raise Wrong(f"rows {sorted(rows - _ALL_ROWS)} do not exist: out has 4 rows, 0 to 3")
+    if rows == {2}:
+        raise Wrong("not only nasi's own row: " + _WHY_ALL)
+    if rows != _ALL_ROWS:
+        raise Wrong(f"rows {sorted(_ALL_ROWS - rows)} change too: " + _WHY_ALL)
+
+
+register(Exercise(
+    id="1.3",
+    title="Which output rows does one value row reach?",
+    kind="predict",
+    reference={0, 1, 2, 3},
+    diagnose=_diagnose_rows,
+    success="all four rows: each output row blends every value row",
+    explain="All four. Row i of out is weights[i] @ V, a blend of every value row with "
+            "weights that are all positive, so changing V[2] moves every row, each in "
+            "proportion to how much weight its query puts on nasi.",
+    wrong_answers=(({2}, "not only nasi's own row"), ({2, 3}, "change too"),
+                   ("2", "not only"), (5, "answer with a set")),
+))
+
+# ---- 1.4 program a head (construct) -------------------------------------------------------
+
+_TARGET = 0.9
+
+
+def _diagnose_head(fn, rng) -> None:
+    X = ali_makan()["X"]
+    cases = [("the worked example's X [4, 8], query 3 (lemak), key 2 (nasi)", X, 3, 2),
+             ("the worked example's X, query 0 (Ali), key 0 (itself)", X, 0, 0)]
+    T = int(rng.integers(2, 7))
+    query, key = (int(i) for i in rng.integers(0, T, size=2))
+    cases.append((f"fresh random X [{T}, 8], query {query}, key {key}",
+                  rng.standard_normal((T, 8)), query, key))
+    for case, X, query, key in cases:
+        got = run(fn, X, query, key, case=case)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise Wrong(f"on {case}, expected a pair (W_q, W_k), got a {type(got).__name__}")
+        W_q = expect_shape(got[0], (X.shape[1], 4), case=case, name="W_q")
+        W_k = expect_shape(got[1], (X.shape[1], 4), case=case, name="W_k")
+        expect_finite(W_q, case=case, name="W_q")
+        expect_finite(W_k, case=case, name="W_k")
+        _, weights = attention(X @ W_q, X @ W_k, X @ W_k)
+        w = weights[query, key]
+        if not w >= _TARGET:
+            top = int(np.argmax(weights[query]))
+            raise Wrong(f"on {case}, query {query} puts {w:.2f} of its weight on key {key} "
+                        f"(its favourite is key {top}, with {weights[query, top]:.2f}); it "
+                        f"needs at least {_TARGET}. Make q_{query} . k_{key} much larger "
+                        f"than q_{query} . k_j for every other j: give query {query} and key "
+                        f"{key} a shared direction that the other keys lack, and scale it up")
+
+
+def program_head(X: np.ndarray, query: int, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """W_q, W_k [d, 4] under which row ``query`` of X attends to row ``key`` (weight >= 0.9).
+
+    The pseudo-inverse gives, for each token, a direction that its row of X projects onto
+    with 1 and every other row with 0. Projecting the query onto its own such direction and
+    the keys onto the key's makes q_query . k_j = s for j = key and 0 for the rest: a score
+    gap of s / sqrt(d_k), so the weight is e^g / (e^g + T - 1) with g = s / 2.
+
+    Shapes: X [T, d] (T <= d, rows independent) -> W_q, W_k [d, 4]
+    """
+    dual = np.linalg.pinv(X)                      # [d, T]: X @ dual = I_T
+    s = 20.0                                      # score gap 10: weight > 0.99 for T <= 100
+    W_q = np.zeros((X.shape[1], 4))
+    W_k = np.zeros((X.shape[1], 4))
+    W_q[:, 0] = dual[:, query]                    # q_i[0] = 1 if i == query else 0
+    W_k[:, 0] = s * dual[:, key]                  # k_j[0] = s if j == key else 0
+    return W_q, W_k
+
+
+def _identity_head(X, query, key):
+    return np.eye(X.shape[1], 4), np.eye(X.shape[1], 4)
+
+
+def _key_direction_only(X, query, key):
+    W = np.zeros((X.shape[1], 4))
+    W[:, 0] = X[key]
+    return W, W
+
+
+register(Exercise(
+    id="1.4",
+    title="Program a head: make one token attend to another",
+    kind="construct",
+    reference=program_head,
+    diagnose=_diagnose_head,
+    success="the query puts at least 0.9 of its weight on the chosen key, on the worked "
+            "example and on fresh random tokens",
+    explain="One construction of many: any W_q, W_k that give the chosen pair a score far "
+            "above every other pair in that row works.",
+    wrong_answers=(
+        (_identity_head, "needs at least 0.9"),
+        (_key_direction_only, "needs at least 0.9"),
+        (lambda X, query, key: np.eye(X.shape[1], 4), "expected a pair (W_q, W_k)"),
+    ),
+))
+
+# ---- 1.C challenge: attention (implement) -----------------------------------------------
 
 
 def _pair(result, case: str):
@@ -139,43 +310,54 @@ def _pair(result, case: str):
     return result
 
 
-def _diagnose_attention(fn) -> None:
-    rng = np.random.default_rng(2)
-    q, k, v = (rng.standard_normal((4, 4)) for _ in range(3))
-    case = "q, k, v [4, 4] without a mask"
-    out, weights = _pair(run(fn, q, k, v, case=case), case)
-    want_out, want_w = attention(q, k, v)
-    expect_close(weights, want_w, case=case, name="weights")
-    expect_close(out, want_out, case=case, name="out")
+_BROADCAST = ("the mask is [T, T] and the scores [B, h, T, T]: let it broadcast, e.g. "
+              "np.where(mask, -np.inf, scores), rather than indexing scores[mask]")
 
-    mask = causal_mask(4)
-    case = "a causal mask (True = forbidden)"
-    out, weights = _pair(run(fn, q, k, v, mask=mask, case=case), case)
-    weights = expect_shape(weights, (4, 4), case=case, name="weights")
-    if np.any(weights[mask] != 0):
-        i, j = np.argwhere(mask & (weights != 0))[0]
-        raise Wrong(f"on {case}, weights[{i}, {j}] is {weights[i, j]:.3g} where the mask is "
-                    "True; forbidden positions must get weight exactly 0 (set their scores to "
-                    "-inf before the softmax)")
-    want_out, want_w = attention(q, k, v, mask=mask)
-    expect_close(weights, want_w, case=case, name="weights")
-    expect_close(out, want_out, case=case, name="out")
 
-    q, k, v = (rng.standard_normal((2, 3, 5, 4)) for _ in range(3))
-    case = "a batch of heads, q, k, v [B, h, T, d_k] = [2, 3, 5, 4]"
-    out, weights = _pair(run(fn, q, k, v, case=case, hint=_SWAP), case)
-    want_out, want_w = attention(q, k, v)
-    if np.shape(weights) != want_w.shape:
-        raise Wrong(f"on {case}, weights have shape {np.shape(weights)}; expected "
-                    f"{want_w.shape} = [B, h, T, T]: " + _SWAP)
-    expect_close(weights, want_w, case=case, name="weights")
-    expect_close(out, want_out, case=case, name="out")
+def _attention_cases(rng) -> list[tuple[str, tuple, np.ndarray | None]]:
+    qkv = tuple(rng.standard_normal((4, 4)) for _ in range(3))
+    heads = tuple(rng.standard_normal((2, 3, 5, 4)) for _ in range(3))
+    T, d_k, d_v = (int(n) for n in rng.integers(1, 7, size=3))
+    lead = random_leading(rng)
+    fresh = (rng.standard_normal((*lead, T, d_k)), rng.standard_normal((*lead, T, d_k)),
+             rng.standard_normal((*lead, T, d_v)))
+    return [
+        ("q, k, v [4, 4] without a mask", qkv, None),
+        ("a causal mask (True = forbidden)", qkv, causal_mask(4)),
+        ("a batch of heads, q, k, v [B, h, T, d_k] = [2, 3, 5, 4]", heads, None),
+        ("a [T, T] causal mask over a batch of heads [2, 3, 5, 4]", heads, causal_mask(5)),
+        ("a single token (T = 1) with d_v = 6",
+         (rng.standard_normal((1, 4)), rng.standard_normal((1, 4)),
+          rng.standard_normal((1, 6))), None),
+        (f"fresh random q, k [{', '.join(map(str, (*lead, T, d_k)))}] and v [..., {T}, {d_v}] "
+         "with a random mask that leaves every query a key",
+         fresh, (rng.random((T, T)) < 0.5) & ~np.eye(T, dtype=bool)),
+    ]
 
-    q, k, v = rng.standard_normal((1, 4)), rng.standard_normal((1, 4)), rng.standard_normal((1, 6))
-    case = "a single token (T = 1) with d_v = 6"
-    out, weights = _pair(run(fn, q, k, v, case=case), case)
-    expect_close(out, v, case=case, name="out", hint="with one key, its weight is 1 and the "
-                 "output is that key's value row")
+
+def _diagnose_attention(fn, rng) -> None:
+    for case, (q, k, v), mask in _attention_cases(rng):
+        kwargs = {} if mask is None else {"mask": mask}
+        hint = _BROADCAST if mask is not None and q.ndim > 2 else ""
+        out, weights = _pair(run(fn, q, k, v, case=case, hint=hint, **kwargs), case)
+        want_out, want_w = attention(q, k, v, **kwargs)
+        weights = expect_shape(weights, want_w.shape, case=case, name="weights")
+        if mask is not None:
+            forbidden = np.broadcast_to(mask, want_w.shape) & (weights != 0)
+            if forbidden.any():
+                at = tuple(int(i) for i in np.argwhere(forbidden)[0])
+                raise Wrong(f"on {case}, weights{list(at)} is {weights[at]:.3g} where the "
+                            "mask is True; forbidden keys must get weight exactly 0 (set "
+                            "their scores to -inf before the softmax)")
+        expect_close(weights, want_w, case=case, name="weights")
+        expect_close(out, want_out, case=case, name="out",
+                     hint="with one key, its weight is 1 and the output is that key's "
+                          "value row" if q.shape[-2] == 1 else "")
+
+
+def _attention_battery(rng):
+    return [((q, k, v), {} if mask is None else {"mask": mask})
+            for _, (q, k, v), mask in _attention_cases(rng)]
 
 
 def _no_mask(q, k, v, mask=None):
@@ -184,6 +366,14 @@ def _no_mask(q, k, v, mask=None):
 
 def _out_only(q, k, v, mask=None):
     return attention(q, k, v, mask)[0]
+
+
+def _boolean_indexing(q, k, v, mask=None):
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores[mask] = -np.inf
+    weights = softmax(scores)
+    return weights @ v, weights
 
 
 def _transpose_all(q, k, v, mask=None):
@@ -197,13 +387,16 @@ def _transpose_all(q, k, v, mask=None):
 register(Exercise(
     id="1.C",
     title="Challenge: attention with masks and any leading axes",
+    kind="implement",
     reference=attention,
     diagnose=_diagnose_attention,
+    battery=_attention_battery,
     success="out and weights agree with the reference with and without a mask, for "
-            "[B, h, T, d_k] inputs, and for T = 1",
+            "[B, h, T, d_k] inputs under a [T, T] mask, for T = 1 and fresh random shapes",
     wrong_answers=(
         (_no_mask, "must get weight exactly 0"),
         (_out_only, "expected a pair (out, weights)"),
-        (_transpose_all, "transpose only the last two axes"),
+        (_boolean_indexing, "let it broadcast"),
+        (_transpose_all, "your function raised"),
     ),
 ))

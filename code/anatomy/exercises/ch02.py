@@ -28,7 +28,7 @@ def _one_number(got, case: str) -> float:
     return value
 
 
-def _diagnose_score_std(fn) -> None:
+def _diagnose_score_std(fn, rng) -> None:
     for d_k in _STD_WIDTHS:
         case = f"d_k = {d_k}"
         got = _one_number(run(fn, d_k, case=case), case)
@@ -73,6 +73,7 @@ def _per_pair_std(d_k):
 register(Exercise(
     id="2.1",
     title="Measure the spread of q . k",
+    kind="measure",
     reference=score_std,
     diagnose=_diagnose_score_std,
     success=f"the measured std is within {_STD_TOLERANCE:.0%} of sqrt(d_k) for d_k = "
@@ -90,7 +91,7 @@ _SWAP = ("on a batch, k.T reverses every axis; transpose only the last two axes 
          "(np.swapaxes(k, -1, -2))")
 
 
-def _diagnose_weights(fn) -> None:
+def _diagnose_weights(fn, rng) -> None:
     rng = np.random.default_rng(20)
     q, k = rng.standard_normal((3, 8)), rng.standard_normal((5, 8))
     case = "q [3, 8], k [5, 8], temperature 1"
@@ -145,6 +146,7 @@ def _naive_exp(q, k, temperature=1.0):
 register(Exercise(
     id="2.2",
     title="Attention weights with a temperature",
+    kind="implement",
     reference=attention_weights,
     diagnose=_diagnose_weights,
     success="softmax(q k^T / (sqrt(d_k) tau)) at temperatures 1, 2 and 0.05, on a batch",
@@ -161,7 +163,7 @@ _PER_ROW = ("build the outer product p_i p_j row by row, p[..., :, None] * p[...
             "(np.outer flattens a batch)")
 
 
-def _diagnose_jacobian(fn) -> None:
+def _diagnose_jacobian(fn, rng) -> None:
     z = np.array([1.0, 2.0, 0.5])
     case = "z = [1, 2, 0.5]"
     got = expect_shape(run(fn, z, case=case), (3, 3), case=case)
@@ -217,6 +219,7 @@ def _naive_jacobian(z):
 register(Exercise(
     id="2.C",
     title="Challenge: the softmax Jacobian",
+    kind="implement",
     reference=softmax_jacobian,
     diagnose=_diagnose_jacobian,
     success="diag(p) - p p^T on a row, a batch, saturated scores and n = 1",

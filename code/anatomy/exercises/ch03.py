@@ -34,7 +34,7 @@ def _first_difference(got: np.ndarray, want: np.ndarray) -> tuple[int, ...]:
 # ---- 3.1 the causal mask ----------------------------------------------------------------
 
 
-def _diagnose_causal(fn) -> None:
+def _diagnose_causal(fn, rng) -> None:
     T = 4
     case = "T = 4"
     got = _as_mask(run(fn, T, case=case), (T, T), case=case)
@@ -86,6 +86,7 @@ def _zero_one_ints(T):
 register(Exercise(
     id="3.1",
     title="The causal mask",
+    kind="implement",
     reference=causal_mask,
     diagnose=_diagnose_causal,
     success="boolean [T, T], True strictly above the diagonal, for T = 4, 1 and 7",
@@ -99,7 +100,7 @@ register(Exercise(
 # ---- 3.2 the mask of a padded batch -----------------------------------------------------
 
 
-def _diagnose_batch_mask(fn) -> None:
+def _diagnose_batch_mask(fn, rng) -> None:
     lengths, T = np.array([4, 2, 0]), 4
     case = f"lengths = {lengths.tolist()}, T = {T}"
     got = run(fn, lengths, T, case=case)
@@ -152,6 +153,7 @@ def _padding_only(lengths, T):
 register(Exercise(
     id="3.2",
     title="The mask of a padded batch",
+    kind="implement",
     reference=causal_padding_mask,
     diagnose=_diagnose_batch_mask,
     success="boolean [B, T, T]: the causal mask OR each sequence's padding keys, a length-0 "
@@ -202,7 +204,7 @@ def _check_empty_rows(weights: np.ndarray, want: np.ndarray, case: str) -> None:
                     "not queries, so mask the key axis (the last one) only")
 
 
-def _diagnose_padded_attention(fn) -> None:
+def _diagnose_padded_attention(fn, rng) -> None:
     rng = np.random.default_rng(3)
     lengths = np.array([4, 2])
     q, k = rng.standard_normal((2, 2, 4, 3))
@@ -264,6 +266,7 @@ def _queries_padded(q, k, v, lengths):
 register(Exercise(
     id="3.C",
     title="Challenge: attention over a padded batch that never produces NaN",
+    kind="implement",
     reference=padded_attention,
     diagnose=_diagnose_padded_attention,
     success="causal and padding keys get weight 0, an all-padding sequence gives zero "

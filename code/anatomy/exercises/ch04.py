@@ -52,7 +52,7 @@ def _check_split_values(got: np.ndarray, x: np.ndarray, h: int, case: str) -> No
                  "of every token")
 
 
-def _diagnose_split(fn) -> None:
+def _diagnose_split(fn, rng) -> None:
     x = _features(3, 8)
     case = "x [T, d] = [3, 8] with h = 2"
     got = as_array(run(fn, x, 2, case=case), case=case)
@@ -115,6 +115,7 @@ def _split_straight(x, h):
 register(Exercise(
     id="4.1",
     title="Split the features into heads",
+    kind="implement",
     reference=split_heads,
     diagnose=_diagnose_split,
     success="[..., T, d] -> [..., h, T, d_head] with contiguous columns per head, for one "
@@ -129,7 +130,7 @@ register(Exercise(
 # ---- 4.2 merge_heads ---------------------------------------------------------------------
 
 
-def _diagnose_merge(fn) -> None:
+def _diagnose_merge(fn, rng) -> None:
     x = _features(3, 8)
     heads = split_heads(x, 2)                   # [T, d] -> [h, T, d_head] = [2, 3, 4]
     case = "heads [h, T, d_head] = [2, 3, 4] from split_heads(x [3, 8], 2)"
@@ -179,6 +180,7 @@ def _merge_3d_only(x):
 register(Exercise(
     id="4.2",
     title="Merge the heads back",
+    kind="implement",
     reference=merge_heads,
     diagnose=_diagnose_merge,
     success="[..., h, T, d_head] -> [..., T, d], undoing split_heads exactly, for one "
@@ -254,7 +256,7 @@ def _check_mha(fn, x, W_qkv, W_o, h, causal, case):
                  "(swap h and T, then reshape) and multiply by W_o")
 
 
-def _diagnose_mha(fn) -> None:
+def _diagnose_mha(fn, rng) -> None:
     rs = np.random.RandomState(1)               # the chapter's worked example
     x, W_qkv, W_o = rs.randn(4, 8), rs.randn(8, 24) / math.sqrt(8), rs.randn(8, 8) / math.sqrt(8)
     _check_mha(fn, x, W_qkv, W_o, 2, True, "the worked example, x [4, 8], h = 2, causal")
@@ -282,6 +284,7 @@ def _mha_straight_split(x, W_qkv, W_o, h, causal=True):
 register(Exercise(
     id="4.C",
     title="Challenge: multi-head attention from the pieces",
+    kind="implement",
     reference=multi_head_attention,
     diagnose=_diagnose_mha,
     success="out and per-head weights agree with multi_head_attention on the worked example, "

@@ -52,7 +52,7 @@ _SIN_MISTAKES = (
 )
 
 
-def _diagnose_sinusoidal(fn) -> None:
+def _diagnose_sinusoidal(fn, rng) -> None:
     case = "n_pos = 50, d = 16"
     got = as_array(run(fn, 50, 16, case=case), case=case)
     if got.shape == (16, 50):
@@ -92,6 +92,7 @@ def _positions_from_one(n_pos, d):
 register(Exercise(
     id="5.1",
     title="The sinusoidal position table",
+    kind="implement",
     reference=sinusoidal,
     diagnose=_diagnose_sinusoidal,
     success="sines in even columns, cosines in odd, frequency 1/10000^(2i/d), positions "
@@ -155,7 +156,7 @@ _ROTATION = ("rotate each pair (x_2i, x_2i+1) by one angle a = p / 10000^(2i/d):
              "(x_2i cos a - x_2i+1 sin a, x_2i sin a + x_2i+1 cos a)")
 
 
-def _diagnose_rope(fn) -> None:
+def _diagnose_rope(fn, rng) -> None:
     rng = np.random.default_rng(5)
     x = rng.standard_normal((6, 8))
     case = "x [T, d] = [6, 8] with the default positions 0..5"
@@ -217,6 +218,7 @@ def _diagnose_rope(fn) -> None:
 register(Exercise(
     id="5.2",
     title="Rotary position embedding (RoPE)",
+    kind="implement",
     reference=rope,
     diagnose=_diagnose_rope,
     success="norms kept, scores depend only on the offset, positions honoured, batches of "
@@ -231,7 +233,7 @@ register(Exercise(
 # ---- 5.C challenge: ALiBi ----------------------------------------------------------------
 
 
-def _diagnose_alibi(fn) -> None:
+def _diagnose_alibi(fn, rng) -> None:
     case = "T = 4, h = 2"
     got = as_array(run(fn, 4, 2, case=case), case=case)
     if got.shape == (4, 4, 2):
@@ -294,6 +296,7 @@ def _alibi_slopes_ignore_h(T, h):
 register(Exercise(
     id="5.C",
     title="Challenge: the ALiBi bias",
+    kind="implement",
     reference=alibi_bias,
     diagnose=_diagnose_alibi,
     success="[h, T, T] penalties, zero for the future, geometric slopes for h = 2, 8 and "

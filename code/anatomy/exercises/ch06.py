@@ -56,7 +56,7 @@ def _layer_norm_mistakes(x, g, b) -> list[tuple[np.ndarray, str]]:
     return wrong_axes + others
 
 
-def _diagnose_layer_norm(fn) -> None:
+def _diagnose_layer_norm(fn, rng) -> None:
     rng = np.random.default_rng(61)
     cases = [
         ("x [T, d] = [4, 6] with random g and b", rng.standard_normal((4, 6)) * 3 + 1),
@@ -96,6 +96,7 @@ def _ln_unbiased(x, g, b, eps=1e-5):
 register(Exercise(
     id="6.1",
     title="LayerNorm over each token's features",
+    kind="implement",
     reference=layer_norm,
     diagnose=_diagnose_layer_norm,
     success="mean 0 and variance 1 over the last axis, eps inside the square root, biased "
@@ -121,7 +122,7 @@ def _gelu_erf(x):
     return 0.5 * x * (1 + np.vectorize(math.erf, otypes=[float])(x / math.sqrt(2)))
 
 
-def _diagnose_gelu(fn) -> None:
+def _diagnose_gelu(fn, rng) -> None:
     xs = np.linspace(-5, 5, 201)
     case = "x = 201 points from -5 to 5"
     want = gelu(xs)
@@ -159,6 +160,7 @@ def _gelu_wrong_constant(x):
 register(Exercise(
     id="6.2",
     title="GELU, GPT-2's tanh approximation",
+    kind="implement",
     reference=gelu,
     diagnose=_diagnose_gelu,
     success=f"matches 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) within {GELU_ATOL:g}, "
@@ -235,7 +237,7 @@ def _block_mistakes(x, p, h) -> list[tuple[np.ndarray, str]]:
     ]
 
 
-def _diagnose_block(fn) -> None:
+def _diagnose_block(fn, rng) -> None:
     h = _CFG.h
     rng = np.random.default_rng(63)
     cases = [
@@ -272,6 +274,7 @@ def _diagnose_block(fn) -> None:
 register(Exercise(
     id="6.C",
     title="Challenge: one pre-norm transformer block",
+    kind="implement",
     reference=block,
     diagnose=_diagnose_block,
     success="x + Attn(LN1(x)), then + MLP(LN2(x)), causal, on [T, d], [B, T, d] and T = 1, "

@@ -52,7 +52,7 @@ def _block_diagnosis(got: float, d: int, d_ff: int, case: str) -> None:
     raise Wrong(f"on {case}, you got {got:,.0f} but a block has {want:,} ({parts})")
 
 
-def _diagnose_block(fn) -> None:
+def _diagnose_block(fn, rng) -> None:
     case = "d = 512, d_ff = 2048"
     _block_diagnosis(_as_number(run(fn, 512, 2048, case=case), case=case), 512, 2048, case)
 
@@ -84,6 +84,7 @@ _D, _DFF = 512, 2048          # the worked case of the exercise
 register(Exercise(
     id="7.1",
     title="The parameters of one block",
+    kind="implement",
     reference=count_block,
     diagnose=_diagnose_block,
     success=(f"d = {_D}, d_ff = {_DFF}: attention {4 * _D**2 + 4 * _D:,} + MLP "
@@ -103,7 +104,7 @@ register(Exercise(
 _ODD = GPTConfig(V=100, ctx=512, d=256, L=6, h=8, d_ff=1024)
 
 
-def _diagnose_kv(fn) -> None:
+def _diagnose_kv(fn, rng) -> None:
     cases = ((_ODD, 100, 3, 4, "L = 6, h = 8, d = 256, T = 100 (ctx = 512), B = 3, fp32"),
              (GPT2_SMALL, 1024, 1, 2, "GPT-2 small, T = 1024, B = 1, fp16"),
              (GPT2_SMALL, 1, 2, 2, "GPT-2 small, a single token (T = 1), B = 2, fp16"))
@@ -148,6 +149,7 @@ def _uses_ctx(cfg, T, B=1, bytes_per_value=2):
 register(Exercise(
     id="7.2",
     title="KV-cache bytes",
+    kind="implement",
     reference=kv_cache_bytes,
     diagnose=_diagnose_kv,
     success="2 x L x T x d x B x bytes, for fp32 and fp16, a batch and T = 1",
@@ -170,7 +172,7 @@ def _parts(cfg: GPTConfig, T: int, B: int) -> dict[str, int]:
             "attention": 4 * B * cfg.L * T * T * d}
 
 
-def _diagnose_flops(fn) -> None:
+def _diagnose_flops(fn, rng) -> None:
     cases = ((_SMALL, 10, 3, "V = 100, d = 32, L = 3, h = 4, d_ff = 96, T = 10, B = 3"),
              (_SMALL, 1, 1, "the same model, a single token (T = 1)"),
              (GPT2_SMALL, 1024, 1, "GPT-2 small, T = 1024"))
@@ -220,6 +222,7 @@ def _causal_half(cfg, T, B=1):
 register(Exercise(
     id="7.C",
     title="Challenge: the matmul FLOPs of one forward pass, exactly",
+    kind="implement",
     reference=forward_matmul_flops,
     diagnose=_diagnose_flops,
     success="weights, head and the full T x T attention, for a batch, T = 1 and GPT-2 small",

@@ -23,7 +23,7 @@ def _tables(V: int = 7, ctx: int = 6, d: int = 4, seed: int = 0):
     return rng.standard_normal((V, d)), rng.standard_normal((ctx, d))
 
 
-def _diagnose_embed(fn) -> None:
+def _diagnose_embed(fn, rng) -> None:
     tok_emb, pos_emb = _tables()
     ids = np.array([4, 1, 2])                      # T = 3 < ctx = 6; ids < ctx on purpose
     case = "tok_emb [V, d] = [7, 4], pos_emb [ctx, d] = [6, 4], ids [T] = [4, 1, 2]"
@@ -71,6 +71,7 @@ def _by_token(tok_emb, pos_emb, ids):
 register(Exercise(
     id="8.1",
     title="Token plus position embeddings",
+    kind="implement",
     reference=embed,
     diagnose=_diagnose_embed,
     success="tok_emb[ids] + pos_emb[:T], for one sequence, a batch and T = 1",
@@ -84,7 +85,7 @@ register(Exercise(
 # ---- 8.2 the language-model loss --------------------------------------------------------
 
 
-def _diagnose_next_token_loss(fn) -> None:
+def _diagnose_next_token_loss(fn, rng) -> None:
     rng = np.random.default_rng(1)
     logits, ids = rng.standard_normal((5, 6)), rng.integers(0, 6, size=5)
     case = "logits [T, V] = [5, 6] and ids [T] = [5]"
@@ -152,6 +153,7 @@ def _mean_over_first_axis(logits, ids):
 register(Exercise(
     id="8.2",
     title="The next-token loss, shifted by one",
+    kind="implement",
     reference=next_token_loss,
     diagnose=_diagnose_next_token_loss,
     success="the shift, a stable log-softmax and the mean over every prediction",
@@ -233,7 +235,7 @@ def _compare_forward(fn, params, ids, cfg, case: str) -> None:
     expect_close(got, want, case=case, name="the logits", atol=1e-8)
 
 
-def _diagnose_forward(fn) -> None:
+def _diagnose_forward(fn, rng) -> None:
     cfg = _CFG
     params = _random_params(cfg, 0)
     rng = np.random.default_rng(3)
@@ -270,6 +272,7 @@ def _always_tied(params, ids, cfg):
 register(Exercise(
     id="8.C",
     title="Challenge: the whole GPT forward pass from its pieces",
+    kind="implement",
     reference=forward,
     diagnose=_diagnose_forward,
     success="the same logits as anatomy.gpt_numpy.forward for one sequence, a batch, "

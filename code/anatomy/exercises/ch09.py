@@ -44,7 +44,7 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
 
 
-def _diagnose_lr(fn) -> None:
+def _diagnose_lr(fn, rng) -> None:
     cfg, case = _SCHEDULE, _SCHEDULE_CASE
     first = _rate(fn, 0, cfg, case)
     if _close(first, cfg.lr):
@@ -102,6 +102,7 @@ def _never_clamped(step, cfg):
 register(Exercise(
     id="9.1",
     title="Warmup, then cosine decay",
+    kind="implement",
     reference=lr_at,
     diagnose=_diagnose_lr,
     success="linear warmup to the peak, half a cosine down to min_lr, then flat; also "
@@ -137,7 +138,8 @@ def _pair(result, case: str):
 
 def _batch(fn, data, B: int, T: int, seed: int, case: str):
     gen = torch.Generator().manual_seed(seed)
-    x, y = _pair(run(fn, data, B, T, gen, case=case, hint=_PAST_END), case)
+    x, y = _pair(run(fn, data, B, T, gen, case=case, hint=_PAST_END, copy_inputs=False),
+                 case)
     for name, t in (("x", x), ("y", y)):
         if tuple(t.shape) != (B, T):
             raise Wrong(f"on {case}, {name} has shape {tuple(t.shape)}; expected (B, T) = "
@@ -148,7 +150,7 @@ def _batch(fn, data, B: int, T: int, seed: int, case: str):
     return x.long(), y.long()
 
 
-def _diagnose_batch(fn) -> None:
+def _diagnose_batch(fn, rng) -> None:
     N, B, T = 50, 4, 8
     data = torch.arange(N)                   # id = position, so a window shows where it is
     case = f"data = torch.arange({N}), B = {B}, T = {T}"
@@ -223,6 +225,7 @@ def _never_last(data, B, T, generator):
 register(Exercise(
     id="9.2",
     title="Random windows and their shifted targets",
+    kind="implement",
     reference=get_batch,
     diagnose=_diagnose_batch,
     success="contiguous windows, targets shifted by one, every start reachable and none past "
@@ -237,12 +240,12 @@ register(Exercise(
 # ---- 9.3 AdamW, decay on matrices only --------------------------------------------------
 
 
-def _diagnose_optimizer(fn) -> None:
+def _diagnose_optimizer(fn, rng) -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(V=11, ctx=8, d=16, L=2, h=2))
     lr, wd = 1e-3, 0.1
     case = "a two-block GPT with lr=1e-3, weight_decay=0.1"
-    opt = run(fn, model, lr, wd, case=case)
+    opt = run(fn, model, lr, wd, case=case, copy_inputs=False)
     if not isinstance(opt, torch.optim.Optimizer):
         raise Wrong(f"on {case}, expected a torch optimizer, got a {type(opt).__name__}: "
                     "return torch.optim.AdamW(groups, lr=lr)")
@@ -303,6 +306,7 @@ def _no_decay(model, lr, weight_decay):
 register(Exercise(
     id="9.3",
     title="AdamW with weight decay on the matrices only",
+    kind="implement",
     reference=configure_optimizer,
     diagnose=_diagnose_optimizer,
     success="every parameter once; matrices decayed, biases and LayerNorm parameters not; "
@@ -360,10 +364,10 @@ def _windows(ids: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids[rows], ids[rows + 1]
 
 
-def _diagnose_char_lm(fn) -> None:
+def _diagnose_char_lm(fn, rng) -> None:
     steps, T, d, h = _SIZES["steps"], _SIZES["T"], _SIZES["d"], _SIZES["h"]
     case = f"a {len(RHYME)}-character rhyme, steps={steps}, T={T}, d={d}, h={h}"
-    result = run(fn, RHYME, case=case, seed=0, **_SIZES)
+    result = run(fn, RHYME, case=case, seed=0, copy_inputs=False, **_SIZES)
     if not (isinstance(result, tuple) and len(result) == 3):
         raise Wrong(f"on {case}, expected (model, tokenizer, losses), got a "
                     f"{type(result).__name__}")
@@ -475,6 +479,7 @@ def _train(text, steps, T, d, h, B, lr, seed, tied=True, positions=True, shift=T
 register(Exercise(
     id="9.C",
     title="Challenge: a four-block character model, trained and sampled",
+    kind="implement",
     reference=train_char_lm,
     diagnose=_diagnose_char_lm,
     success="four causal blocks with positions and a tied head, trained until it predicts "
