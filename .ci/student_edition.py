@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "_build" / "student-src"
-SOURCES = ["_config.yml", "_toc.yml", "_ext", "_data", "references.bib", "chapters"]
+SOURCES = ["_config.yml", "_toc.yml", "_ext", "_data", "_static", "references.bib", "chapters"]
 
 
 def strip_solutions(path: Path) -> int:
