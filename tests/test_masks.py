@@ -14,6 +14,7 @@ from anatomy.masks import (
     combine_masks,
     padded_attention,
     padding_mask,
+    sliding_window_mask,
 )
 from anatomy.params import TOY, init_params
 from anatomy.viz.masks import batch_weights, draw_batch, draw_masked_weights
@@ -102,6 +103,41 @@ def test_combine_masks_is_a_broadcast_or():
     np.testing.assert_array_equal(combine_masks(causal_mask(3)), causal_mask(3))
 
 
+
+def test_sliding_window_mask_sees_itself_and_the_w_minus_1_before():
+    i, j = np.arange(6)[:, None], np.arange(6)[None, :]
+    for w in (1, 2, 3):
+        np.testing.assert_array_equal(sliding_window_mask(6, w), (j > i) | (j <= i - w))
+    np.testing.assert_array_equal(sliding_window_mask(4, 1), ~np.eye(4, dtype=bool))
+    np.testing.assert_array_equal(sliding_window_mask(4, 4), causal_mask(4))
+    np.testing.assert_array_equal(sliding_window_mask(4, 9), causal_mask(4))
+    assert (~sliding_window_mask(8, 3)).sum(axis=-1).tolist() == [1, 2, 3, 3, 3, 3, 3, 3]
+
+
+def test_stacked_sliding_windows_reach_L_times_w_minus_1_back():
+    # The docstring's claim: L layers of a window w let position i read inputs i - L(w-1)..i,
+    # and nothing else (each layer is x + attention(x W_q, x W_k, x W_v, mask)).
+    T, d, w = 9, 6, 3
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((3, 3, d, d)) / np.sqrt(d)     # [L, q/k/v, d, d]
+    x = rng.standard_normal((T, d))
+    mask = sliding_window_mask(T, w)
+
+    def stack(x, L):
+        for W_q, W_k, W_v in weights[:L]:
+            x = x + attention(x @ W_q, x @ W_k, x @ W_v, mask)[0]   # [T, d] -> [T, d]
+        return x
+
+    for L in (1, 2, 3):
+        reach = np.zeros((T, T), dtype=bool)                       # [output i, input j]
+        for j in range(T):
+            x_new = x.copy()
+            x_new[j] += 1.0
+            reach[:, j] = (stack(x_new, L) != stack(x, L)).any(axis=-1)
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        np.testing.assert_array_equal(reach, (j <= i) & (j >= i - L * (w - 1)))
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -126,6 +162,25 @@ def test_padding_mask_rejects_bad_lengths():
         padding_mask(np.array([2.0]), 4)
     with pytest.raises(ValueError, match=r"lengths: expected shape \[B\], got \(2, 1\)"):
         padding_mask(np.array([[2], [1]]), 4)
+
+
+def test_causal_padding_mask_rejects_bad_lengths():
+    with pytest.raises(ValueError, match=r"lengths: expected integers in \[0, T\] = \[0, 3\], "
+                                         r"got \[-1\]"):
+        causal_padding_mask(np.array([-1]), 3)
+    with pytest.raises(TypeError, match=r"lengths: expected integers .* got dtype float64"):
+        causal_padding_mask(np.array([1.0, 2.0]), 3)
+    with pytest.raises(ValueError, match=r"lengths: expected shape \[B\], got \(\)"):
+        causal_padding_mask(np.array(2), 3)
+    with pytest.raises(ValueError, match="T: expected a positive integer, got 2.0"):
+        causal_padding_mask(np.array([1]), 2.0)
+
+
+def test_sliding_window_mask_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="w: expected a positive integer, got 0"):
+        sliding_window_mask(4, 0)
+    with pytest.raises(ValueError, match="T: expected a positive integer, got -1"):
+        sliding_window_mask(-1, 2)
 
 
 def test_causal_mask_rejects_bad_sizes():
