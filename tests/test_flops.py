@@ -10,6 +10,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from anatomy.flops import (
     activation_shapes,
+    activation_values,
+    cached_step_flops,
     format_bytes,
     forward_flops_per_token,
     forward_matmul_flops,
@@ -18,6 +20,8 @@ from anatomy.flops import (
     matmul_flops,
     training_compute,
     training_flops_per_token,
+    training_memory_bytes,
+    uncached_step_flops,
     weight_bytes,
 )
 from anatomy.gpt_torch import GPT
@@ -77,6 +81,40 @@ def test_flop_counter_agrees_on_gpt2_small_shapes_only():
             x = block(x)                          # [B, T, d] -> [B, T, d]
         x @ model.tok_emb.T                       # [B, T, d] @ [d, V] -> [B, T, V]
     assert counter.get_total_flops() == forward_matmul_flops(GPT2_SMALL, 1024)
+
+
+def test_a_generation_step_with_and_without_a_cache():
+    head = 2 * 768 * 50_257                                   # one row of logits
+    cached = cached_step_flops(GPT2_SMALL, 1024)
+    assert cached == forward_matmul_flops(GPT2_SMALL, 1) + 4 * 12 * 1023 * 768 == 284_812_800
+    dense = uncached_step_flops(GPT2_SMALL, 1024, all_logits=True)
+    assert dense == forward_matmul_flops(GPT2_SMALL, 1024) and dense / cached == 1024
+    real = uncached_step_flops(GPT2_SMALL, 1024)              # logits of the last row only
+    assert dense - real == 1023 * head
+    assert round(real / cached) == 747
+    assert uncached_step_flops(TOY, 1) == cached_step_flops(TOY, 1) == forward_matmul_flops(
+        TOY, 1)
+    with pytest.raises(ValueError, match=r"n: n=65 exceeds ctx=64"):
+        cached_step_flops(TOY, 65)
+
+
+def test_training_memory_of_gpt2_small():
+    N = 124_439_808
+    short, long = (training_memory_bytes(GPT2_SMALL, T) for T in (256, 1024))
+    for m in (short, long):                                   # fp32: 16 bytes per parameter
+        assert (m["weights"], m["gradients"], m["AdamW state"]) == (4 * N, 4 * N, 8 * N)
+        assert m["total"] == 16 * N + m["activations"]
+    per_block = sum(a.size * (3 if a.name.startswith("q, k, v") else 1)
+                    for a in activation_shapes(GPT2_SMALL, 1024) if a.stage == "block")
+    rest = sum(a.size for a in activation_shapes(GPT2_SMALL, 1024) if a.stage != "block")
+    assert activation_values(GPT2_SMALL, 1024) == 12 * per_block + rest
+    assert long["activations"] == 4 * activation_values(GPT2_SMALL, 1024)
+    assert long["activations"] > 6 * short["activations"]     # the T x T tables: x 16
+    # everything scales with B except the position rows pos_emb[:T], shared by the batch
+    assert activation_values(TOY, 8, B=3) == 3 * activation_values(TOY, 8) - 2 * 8 * TOY.d
+    assert training_memory_bytes(TOY, 8, bytes_per_value=2)["weights"] == 2 * count_params(TOY)
+    with pytest.raises(ValueError, match=r"bytes_per_value: expected a positive integer"):
+        training_memory_bytes(TOY, 8, bytes_per_value=0)
 
 
 def test_kv_cache_bytes_of_gpt2_small():
@@ -197,6 +235,31 @@ def test_calculator_panels_follow_T_but_not_N():
                "124,439,808</td>" in page
     assert "(1, 12, 512, 512)" in short and "(1, 12, 1024, 1024)" in long
     assert "36.0 MiB" in long and "18.0 MiB" in short              # KV cache, fp16
+    train = training_memory_bytes(GPT2_SMALL, 1024)
+    assert f"training (fp32): total</td><td style='padding:1px 8px;border-bottom:1px solid " \
+           f"#ddd;text-align:right'>{format_bytes(train['total'])}" in long
+
+
+def test_memory_figure_stacks_the_same_parameters_over_growing_activations():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from anatomy.viz.calculator import memory_figure
+
+    configs = {"toy": TOY, "baby GPT": BABY_GPT}
+    fig = memory_figure(configs, lengths=(16, 64))
+    panels = fig.axes
+    assert len(panels) == 2
+    for ax, T in zip(panels, (16, 64), strict=True):
+        bars = ax.patches                                     # 4 parts x 2 configs, in order
+        assert len(bars) == 8
+        weights = [b.get_height() * 2**30 for b in bars[:2]]
+        assert weights == pytest.approx([4 * count_params(c) for c in configs.values()])
+        acts = [b.get_height() * 2**30 for b in bars[6:]]
+        assert acts == pytest.approx([training_memory_bytes(c, T)["activations"]
+                                      for c in configs.values()])
+    assert panels[0].patches[0].get_height() == panels[1].patches[0].get_height()
+    assert panels[1].patches[6].get_height() > panels[0].patches[6].get_height()
 
 
 def test_calculator_lab_snaps_heads_and_lengths(monkeypatch):

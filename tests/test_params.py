@@ -19,9 +19,12 @@ from anatomy.params import (
     count_block,
     count_breakdown,
     count_by_kind,
+    count_module_params,
+    count_non_embedding,
     count_params,
     init_params,
     param_shapes,
+    shape_for,
     shape_table,
 )
 
@@ -83,6 +86,15 @@ def test_baby_gpt_is_about_10_7_million():
     # 10,770,816 with biases and the position table; nanoGPT's "10.65M" leaves out the
     # position table and has no biases.
     assert 10.6e6 < count_params(BABY_GPT) < 10.8e6
+
+
+def test_nanogpt_printed_counts():
+    # nanoGPT's get_num_params() leaves out the position table and counts the tied head once:
+    # "123.65M" for GPT-2 small; its baby GPT (shakespeare_char) also has bias=False.
+    assert count_params(GPT2_SMALL, without=("pos_emb",)) == 123_653_376
+    biases = ("b_qkv", "b_o", "b_1", "b_2", "ln1_b", "ln2_b", "lnf_b")
+    baby = count_params(BABY_GPT, without=("pos_emb", *biases))
+    assert baby == 10_646_784 and f"{baby / 1e6:.2f}M" == "10.65M"
 
 
 def test_count_matches_an_equivalent_torch_model(torch_reference):
@@ -274,3 +286,37 @@ def test_hugging_face_gpt1_counts_the_same():
     gpt1 = GPTConfig(V=40_478, ctx=512, d=768, L=12, h=12)
     assert sum(p.numel() for p in hf.parameters()) == count_params(
         gpt1, without=("lnf_g", "lnf_b"))
+
+
+# ---------------------------------------------------------------- chapter 7 exercises 7.4, 7.5
+
+
+def test_non_embedding_count_and_shapes_for_a_budget():
+    assert count_non_embedding(768, 12) == count_params(GPT2_SMALL, without=("tok_emb",
+                                                                           "pos_emb"))
+    assert shape_for(85_056_000) == (768, 12)            # GPT-2 small's own shape comes back
+    for N in np.geomspace(1e7, 1e11, 400):               # every budget the exercise may draw
+        d, L = shape_for(float(N))
+        assert d % 64 == 0 and 32 <= d / L <= 256
+        assert abs(count_non_embedding(d, L) / N - 1) < 0.10
+    with pytest.raises(ValueError, match=r"N: expected a number of parameters of at least "
+                                         r"1e5, got 10"):
+        shape_for(10)
+    with pytest.raises(ValueError, match=r"L: expected a positive integer, got 0"):
+        count_non_embedding(64, 0)
+
+
+def test_module_count_takes_each_tensor_once():
+    emb, head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50, bias=False)
+    model = torch.nn.ModuleDict({"emb": emb, "head": head, "ln": torch.nn.LayerNorm(16)})
+    head.weight = emb.weight                                     # tied: one tensor
+    model.register_buffer("mask", torch.ones(8, 8, dtype=torch.bool))
+    emb.weight.requires_grad_(False)                             # frozen still counts
+    assert count_module_params(model) == 50 * 16 + 2 * 16
+    listed = sum(t.numel() for t in model.state_dict().values())
+    assert listed - count_module_params(model) == 50 * 16 + 64  # the trap of exercise 7.4
+    with torch.device("meta"):
+        from anatomy.gpt_torch import GPT
+        assert count_module_params(GPT(GPT2_SMALL)) == 124_439_808
+    with pytest.raises(TypeError, match=r"model: expected a torch.nn.Module, got dict"):
+        count_module_params({"W": np.zeros(3)})

@@ -14,7 +14,10 @@ Conventions, kept everywhere in the book:
 - The backward pass costs about twice the forward, so training ~ 6N per token and a run over
   D tokens costs C ~ 6 N D.
 - The KV cache keeps one key and one value vector of width d per token per layer:
-  2 L T d values per sequence.
+  2 L T d values per sequence. A cached decoding step reads all of it and every weight to
+  do about one FLOP per byte, so decoding is bound by memory bandwidth, not by FLOPs.
+- Training with AdamW keeps the weights, one gradient and two moments per weight (16N bytes
+  in fp32, whatever T is) plus the activations, which grow with B and T.
 
 Everything here is arithmetic on the config: nothing is allocated or run.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ._validate import check_positive_int, resolve
+from ._validate import check_positive_int, resolve, validated
 from .params import GPTConfig, count_params
 
 
@@ -41,6 +44,18 @@ def _check_len(T: object, cfg: GPTConfig, name: str = "T") -> int:
         raise ValueError(f"{name}: {name}={T} exceeds ctx={cfg.ctx} (the position table has "
                          f"ctx rows)")
     return T
+
+
+def _sized(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of the counting functions: cfg a GPTConfig, 1 <= T (or n) <= ctx,
+    and B and bytes_per_value positive integers, for whichever of them the function takes."""
+    cfg = _check_cfg(args["cfg"])
+    for name in ("T", "n"):
+        if name in args:
+            _check_len(args[name], cfg, name)
+    for name in ("B", "bytes_per_value"):
+        if name in args:
+            check_positive_int(args[name], name)
 
 
 def matmul_flops(rows: int, n_in: int, n_out: int) -> int:
@@ -76,6 +91,7 @@ def training_compute(N: float, D: float) -> float:
     return 6 * N * D
 
 
+@validated(where=_sized)
 def forward_matmul_flops(cfg: GPTConfig, T: int, B: int = 1) -> int:
     """Exact FLOPs of the matrix products in one dense forward pass of B sequences of T tokens.
 
@@ -84,8 +100,6 @@ def forward_matmul_flops(cfg: GPTConfig, T: int, B: int = 1) -> int:
     token, plus q k^T and weights @ v over the full T x T table in every head. Embedding
     lookups, biases, LayerNorms, GELU and softmax are not matrix products and count zero.
     """
-    cfg = _check_cfg(cfg)
-    T, B = _check_len(T, cfg), check_positive_int(B, "B")
     d, d_ff, h = cfg.d, cfg.d_ff, cfg.h
     per_token = cfg.L * (matmul_flops(1, d, 3 * d)            # qkv   [d] -> [3d]
                          + matmul_flops(1, d, d)               # W_o   [d] -> [d]
@@ -97,15 +111,33 @@ def forward_matmul_flops(cfg: GPTConfig, T: int, B: int = 1) -> int:
     return B * (T * per_token + per_sequence)
 
 
+@validated(where=_sized)
+def cached_step_flops(cfg: GPTConfig, n: int) -> int:
+    """Exact matmul FLOPs of generating one token with a KV cache, when its query sees n keys
+    (the n - 1 cached ones and its own): its one row through every weight matrix and the
+    head, plus q k^T and weights @ v against n keys in every layer (4 L n d)."""
+    one_row = forward_matmul_flops(cfg, 1)            # weights + head; attention over 1 key
+    return one_row + 4 * cfg.L * (n - 1) * cfg.d     # ... over n keys instead
+
+
+@validated(where=_sized)
+def uncached_step_flops(cfg: GPTConfig, n: int, all_logits: bool = False) -> int:
+    """Exact matmul FLOPs of generating the token after a prefix of n without a cache: a dense
+    forward pass over all n tokens. Sampling needs only the last row's logits, so the head
+    runs once; ``all_logits=True`` counts the head on every row, as a training pass does."""
+    dense = forward_matmul_flops(cfg, n)              # head on all n rows
+    if all_logits:
+        return dense
+    return dense - (n - 1) * matmul_flops(1, cfg.d, cfg.V)
+
+
+@validated(where=_sized)
 def kv_cache_bytes(cfg: GPTConfig, T: int, B: int = 1, bytes_per_value: int = 2) -> int:
     """Bytes of the KV cache: a key and a value of width d per token, per layer, per sequence.
 
     2 x L x T x d values per sequence, times B sequences, times bytes per value (2 for fp16 or
     bf16, 4 for fp32).
     """
-    cfg = _check_cfg(cfg)
-    T, B = _check_len(T, cfg), check_positive_int(B, "B")
-    bytes_per_value = check_positive_int(bytes_per_value, "bytes_per_value")
     return 2 * cfg.L * T * cfg.d * B * bytes_per_value
 
 
@@ -187,3 +219,43 @@ def activation_shapes(cfg: GPTConfig, T: int, B: int = 1) -> list[Activation]:
     if not cfg.tied:
         rows[-1] = rows[-1]._replace(name="logits = LN_f(x) @ head^T")
     return rows
+
+
+# The one row of the activation table that stands for three tensors of its shape.
+_THREE_TENSORS = "q, k, v (each, split into heads)"
+
+
+@validated(where=_sized)
+def activation_values(cfg: GPTConfig, T: int, B: int = 1) -> int:
+    """Values in every tensor of :func:`activation_shapes` for one forward pass: the block's
+    tensors once per block (L times), q, k and v as three tensors.
+
+    A rough measure of what training keeps for the backward pass if it stores each tensor
+    once; a real implementation keeps less (a split into heads is a view, fused attention
+    never stores the T x T tables) or a little more (LayerNorm statistics, dropout masks).
+    """
+    total = 0
+    for a in activation_shapes(cfg, T, B):
+        copies = cfg.L if a.stage == "block" else 1
+        total += a.size * copies * (3 if a.name == _THREE_TENSORS else 1)
+    return total
+
+
+@validated(where=_sized)
+def training_memory_bytes(cfg: GPTConfig, T: int, B: int = 1,
+                          bytes_per_value: int = 4) -> dict[str, int]:
+    """Bytes to train with AdamW on B sequences of T tokens, everything in one dtype.
+
+    "weights" N values, "gradients" one per weight, "AdamW state" two moments per weight
+    (the running mean and the running mean square of the gradient), "activations"
+    :func:`activation_values`, and "total". In fp32 the three parameter parts are 16N bytes,
+    whatever T and B; only the activations grow with them. (Mixed-precision training keeps
+    fp32 moments and an fp32 copy of the weights beside bf16 ones, so it differs.)
+    """
+    N = count_params(cfg)
+    parts = {"weights": N * bytes_per_value,
+             "gradients": N * bytes_per_value,
+             "AdamW state": 2 * N * bytes_per_value,
+             "activations": activation_values(cfg, T, B) * bytes_per_value}
+    parts["total"] = sum(parts.values())
+    return parts

@@ -18,7 +18,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import check_divisible, check_keys, check_positive_int, check_shape, resolve
+from ._validate import (
+    check_divisible,
+    check_keys,
+    check_positive_int,
+    check_shape,
+    resolve,
+    validated,
+)
 
 
 @dataclass(frozen=True)
@@ -92,12 +99,14 @@ def _sizes(cfg: GPTConfig) -> dict[str, int]:
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
     """THE shape table: every parameter's flat name and shape, in order.
 
-    tok_emb (V, d), pos_emb (ctx, d); per block i: blocks.{i}.ln1_g, ln1_b (d,), W_qkv (d, 3d),
-    b_qkv (3d,), W_o (d, d), b_o (d,), ln2_g, ln2_b (d,), W_1 (d, d_ff), b_1 (d_ff,),
-    W_2 (d_ff, d), b_2 (d,); then lnf_g, lnf_b (d,); and head (V, d) only if untied.
+    tok_emb (V, d), pos_emb (ctx, d); per block i: blocks.{i}.ln1_g,
+    ln1_b (d,), W_qkv (d, 3d), b_qkv (3d,), W_o (d, d), b_o (d,), ln2_g,
+    ln2_b (d,), W_1 (d, d_ff), b_1 (d_ff,), W_2 (d_ff, d), b_2 (d,);
+    then lnf_g, lnf_b (d,); and head (V, d) only if untied.
     """
     sizes = _sizes(cfg)
-    return {name: resolve(spec, **sizes) for name, spec in param_specs(cfg).items()}
+    specs = param_specs(cfg)
+    return {name: resolve(spec, **sizes) for name, spec in specs.items()}
 
 
 def _short(name: str) -> str:
@@ -121,16 +130,81 @@ def count_params(cfg: GPTConfig, *, without: Iterable[str] = ()) -> int:
                if _short(name) not in without)
 
 
+def _positive_sizes(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of the closed forms: every size a positive integer."""
+    for name, value in args.items():
+        check_positive_int(value, name)
+
+
+@validated(where=_positive_sizes)
 def count_block(d: int, d_ff: int) -> int:
     """Parameters of one pre-norm block, in closed form (chapter 7, exercise 7.1).
 
     Attention 4d^2 + 4d, MLP 2 d d_ff + d_ff + d, two LayerNorms 4d.
     """
-    d, d_ff = check_positive_int(d, "d"), check_positive_int(d_ff, "d_ff")
     attention = d * 3 * d + 3 * d + d * d + d          # W_qkv, b_qkv, W_o, b_o
     mlp = d * d_ff + d_ff + d_ff * d + d               # W_1, b_1, W_2, b_2
     norms = 2 * (d + d)                                # ln1 and ln2, each a gain g and a shift b
     return attention + mlp + norms
+
+
+@validated(where=_positive_sizes)
+def count_non_embedding(d: int, L: int) -> int:
+    """Parameters outside the two tables of a GPT with d_ff = 4d: L blocks and the final
+    LayerNorm, i.e. ``count_params(cfg, without=("tok_emb", "pos_emb"))`` of a tied model
+    (the count Kaplan et al. 2020 scale with; they also leave out biases and LayerNorms)."""
+    return L * count_block(d, 4 * d) + 2 * d
+
+
+SHAPE_ASPECT = (32, 256)     # d / L of the shapes exercise 7.5 accepts (GPT-2 small has 64)
+
+
+def _shape_args(args: dict, sizes: dict) -> None:
+    N = args["N"]
+    if isinstance(N, bool) or not isinstance(N, (int, float)) or not N >= 1e5:
+        raise ValueError(f"N: expected a number of parameters of at least 1e5, got {N!r}")
+    check_positive_int(args["d_head"], "d_head")
+
+
+@validated(where=_shape_args)
+def shape_for(N: float, d_head: int = 64) -> tuple[int, int]:
+    """A width d (a multiple of d_head) and depth L for a GPT of about N non-embedding
+    parameters, with the aspect ratio d / L within ``SHAPE_ASPECT`` (exercise 7.5).
+
+    12 L d^2 ~ N and d = r L give d ~ (r N / 12)^(1/3) for the aspect ratio r; every width
+    the allowed ratios reach is tried with the depth that comes closest to N, and the pair
+    whose count is nearest N wins.
+    """
+    low, high = ((r * N / 12) ** (1 / 3) for r in SHAPE_ASPECT)
+    best = None
+    for d in range(d_head * max(1, int(low // d_head)), int(high) + 2 * d_head, d_head):
+        for L in {max(1, math.floor(N / count_block(d, 4 * d))),
+                  math.ceil(N / count_block(d, 4 * d))}:
+            if not SHAPE_ASPECT[0] <= d / L <= SHAPE_ASPECT[1]:
+                continue
+            miss = abs(count_non_embedding(d, L) / N - 1)
+            if best is None or miss < best[0]:
+                best = (miss, d, L)
+    if best is None:
+        raise ValueError(f"N: no width that is a multiple of {d_head} reaches N = {N:,.0f} "
+                         f"with d / L in {SHAPE_ASPECT}")
+    return best[1], best[2]
+
+
+def _module(args: dict, sizes: dict) -> None:
+    if not callable(getattr(args["model"], "parameters", None)):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(args['model']).__name__}")
+
+
+@validated(where=_module)
+def count_module_params(model) -> int:
+    """Parameters of a PyTorch module (``torch.nn.Module``), each tensor once.
+
+    ``parameters()`` yields a tensor that two modules share (a head tied to the token table)
+    only once, and leaves out buffers, which are state but not learned (a registered causal
+    mask, BatchNorm's running statistics). Frozen parameters (requires_grad False) count.
+    """
+    return sum(p.numel() for p in model.parameters())
 
 
 def count_approx(cfg: GPTConfig) -> int:

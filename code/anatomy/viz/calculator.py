@@ -15,6 +15,7 @@ from ..flops import (
     format_bytes,
     forward_flops_per_token,
     kv_cache_bytes,
+    training_memory_bytes,
     weight_bytes,
 )
 from ..params import GPT2_SMALL, GPTConfig, count_by_kind, count_params, shape_table
@@ -127,7 +128,8 @@ def calculator_html(cfg: GPTConfig, T: int, B: int = 1, bytes_per_value: int = 2
 
     Left: the shape of every tensor of one forward pass (B sequences of T tokens). Right:
     parameters by kind, total N, FLOPs per token (2N forward, 6N training, attention's
-    4 L T d), and memory: weights and the KV cache in the chosen dtype.
+    4 L T d), memory to serve (weights and the KV cache in the chosen dtype) and memory to
+    train with AdamW in fp32 (weights, gradients, the two moments, activations).
     """
     acts = activation_shapes(cfg, T, B)
     left = html_table(
@@ -149,6 +151,8 @@ def calculator_html(cfg: GPTConfig, T: int, B: int = 1, bytes_per_value: int = 2
         (f"KV cache, 2 L T d x B ({dtype})", format_bytes(cache)),
         ("KV cache / weights", f"{cache / weight_bytes(cfg, bytes_per_value):.2f}"),
     ]
+    train = training_memory_bytes(cfg, T, B, 4)
+    rows += [(f"training (fp32): {part}", format_bytes(n)) for part, n in train.items()]
     sizes = (f"V = {cfg.V}, ctx = {cfg.ctx}, d = {cfg.d}, L = {cfg.L}, h = {cfg.h}, "
              f"d_head = {cfg.d_head}, d_ff = {cfg.d_ff}")
     right = html_table(("", "count"), rows, align="lr", title=sizes)
@@ -197,3 +201,32 @@ def calculator_lab(cfg: GPTConfig = GPT2_SMALL, T: int = 1024):
         w.observe(refresh_choices, names="value")
     show_lab([[d, L, h], [ctx, T_, V], [B, dtype]], [panels], update,
              watch=[L, h, T_, V, B, dtype])
+
+
+def memory_figure(configs: dict[str, GPTConfig], lengths: Sequence[int] = (256, 1024),
+                  B: int = 1):
+    """Training memory in fp32, one panel per sequence length, side by side: for each
+    config a stacked bar of weights, gradients, AdamW state and activations (GiB).
+
+    The three parameter parts are the same in every panel; only the activations grow with T.
+    Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    parts = ("weights", "gradients", "AdamW state", "activations")
+    colors = ("#4c72b0", "#8fa9d6", "#c8d4ec", "#dd8452")
+    fig, axes = plt.subplots(1, len(lengths), figsize=(3.1 * len(lengths), 3.0), sharey=True)
+    axes = [axes] if len(lengths) == 1 else list(axes)
+    for ax, T in zip(axes, lengths, strict=True):
+        bottom = [0.0] * len(configs)
+        memory = [training_memory_bytes(cfg, T, B, 4) for cfg in configs.values()]
+        for part, color in zip(parts, colors, strict=True):
+            height = [m[part] / 2**30 for m in memory]
+            ax.bar(list(configs), height, bottom=bottom, color=color, label=part)
+            bottom = [b + h for b, h in zip(bottom, height, strict=True)]
+        ax.set_title(f"T = {T:,}, B = {B}", fontsize=10)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].set_ylabel("GiB (fp32)")
+    axes[-1].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
