@@ -16,6 +16,7 @@ One module per concept, in the order the chapters meet them:
 - ``sampling``        temperature and top-k sampling from the PyTorch model (chapter 9)
 - ``checkpoint``      atomic, verified checkpoints that resume exactly (chapter 9)
 - ``train``           the training loop, presets, devices and data parallelism (chapter 9)
+- ``modern``          a Llama-style model: RMSNorm, SwiGLU, RoPE, GQA, HF parity (appendix)
 - ``examples``        the worked examples' exact random draws
 - ``exercises``       the checks behind every exercise cell
 - ``viz``             figures and interactive labs (matplotlib and ipywidgets live only here)

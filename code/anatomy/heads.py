@@ -21,6 +21,7 @@ from ._validate import (
 )
 from .attention import attention
 from .masks import causal_mask
+from .positions import rope
 
 
 def split_heads(x: np.ndarray, h: int) -> np.ndarray:
@@ -185,13 +186,18 @@ def cross_attention(x_q: np.ndarray, x_kv: np.ndarray, W_q: np.ndarray, W_kv: np
 
 def grouped_query_attention(x: np.ndarray, W_q: np.ndarray, W_kv: np.ndarray, W_o: np.ndarray,
                             h: int, h_kv: int, causal: bool = True,
-                            mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                            mask: np.ndarray | None = None, rope_base: float | None = None
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """Self-attention where groups of h / h_kv query heads share one key/value head.
 
     Only h_kv heads of K and V are computed (and cached during generation), which shrinks
     the KV cache by h / h_kv. h_kv = h is ordinary multi-head attention; h_kv = 1 is
     multi-query attention. Query head j reads key/value head j // (h / h_kv). Bias-free, as
     in the models that use it.
+
+    With ``rope_base`` (e.g. 10000.0), each query and key head is turned by
+    :func:`anatomy.positions.rope` at positions 0..T-1 after the projection, as in Llama;
+    values are not turned. The default None adds no positions here.
 
     Shapes: x [..., T, d], W_q [d, d], W_kv [d, 2d_kv] (d_kv = h_kv * d_head), W_o [d, d]
             -> out [..., T, d], weights [..., h, T, T]
@@ -204,6 +210,9 @@ def grouped_query_attention(x: np.ndarray, W_q: np.ndarray, W_kv: np.ndarray, W_
         raise ValueError(f"h_kv: h={h} query heads do not split into groups for h_kv={h_kv} "
                          "key/value heads (h must be a multiple of h_kv)")
     d_head = d // h
+    if rope_base is not None and d_head % 2:
+        raise ValueError(f"rope_base: RoPE turns features in pairs, so d_head = d / h must be "
+                         f"even, got d_head={d_head} (d={d}, h={h})")
     check_projection(W_q, None, ("W_q", "b_q"), "[d, d]", d=d)
     check_projection(W_kv, None, ("W_kv", "b_kv"), "[d, 2d_kv]", d=d, d_kv=h_kv * d_head)
     check_projection(W_o, None, ("W_o", "b_o"), "[d, d]", d=d)
@@ -211,6 +220,9 @@ def grouped_query_attention(x: np.ndarray, W_q: np.ndarray, W_kv: np.ndarray, W_
     q = split_heads(x @ W_q, h)                 # [..., T, d] -> [..., h, T, d_head]
     kv = x @ W_kv                               # [..., T, d] @ [d, 2d_kv] -> [..., T, 2d_kv]
     k, v = (split_heads(t, h_kv) for t in np.split(kv, 2, axis=-1))  # [..., h_kv, T, d_head]
+    if rope_base is not None:                   # positions inside attention (chapter 5)
+        q = rope(q, base=rope_base)             # [..., h, T, d_head], pairs turned
+        k = rope(k, base=rope_base)             # [..., h_kv, T, d_head], before the repeat
     k = np.repeat(k, h // h_kv, axis=-3)        # [..., h_kv, T, d_head] -> [..., h, T, d_head]
     v = np.repeat(v, h // h_kv, axis=-3)        # [..., h_kv, T, d_head] -> [..., h, T, d_head]
     mask = _sequence_mask(mask, causal, tuple(lead), T, T)
