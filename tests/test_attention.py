@@ -11,13 +11,15 @@ from anatomy.attention import (
     attention,
     attention_weights,
     jacobian_norm_by_scale,
+    multi_head_weights,
     scaled_scores,
     scaling_experiment,
     score_std,
+    score_std_at_init,
     softmax,
     softmax_jacobian,
 )
-from anatomy.params import GPT2_SMALL
+from anatomy.params import GPT2_SMALL, TOY
 
 # ---------------------------------------------------------------- chapter 1 worked example
 
@@ -90,6 +92,56 @@ def test_score_std_is_about_sqrt_dk():
     for d_k in (1, 16, 256):
         assert score_std(d_k) == pytest.approx(np.sqrt(d_k), rel=0.05)
     assert score_std(16, seed=1) == score_std(16, seed=1)
+
+
+def test_score_std_is_a_measurement_that_varies_with_seed_and_n():
+    # a small sample gives a noisy estimate, different for every seed; n = 1 pair has std 0
+    few = [score_std(4, n=20, seed=s) for s in range(50)]
+    assert len(set(few)) == 50 and 0.1 < np.std(few) / 2 < 0.4
+    assert score_std(4, n=1) == 0.0
+    for bad in ({"d_k": 0}, {"d_k": 4, "n": 0}, {"d_k": 2.0}, {"d_k": True}):
+        with pytest.raises(ValueError, match="expected a positive integer"):
+            score_std(**{"d_k": 4, **bad})
+
+
+def test_score_std_at_init_of_gpt2_small_follows_the_variance_calculation():
+    # q = LayerNorm(x) @ W_q with W_q ~ N(0, 0.02^2): entries of variance d * 0.02^2, shrunk a
+    # little by LayerNorm's eps against the tiny embeddings (var 2 * 0.02^2); q . k over a
+    # head of d_head entries then has std sqrt(d_head) * d * 0.02^2 * that shrink
+    got = score_std_at_init(GPT2_SMALL, T=256, seed=0)
+    shrink = 2 * 0.02**2 / (2 * 0.02**2 + 1e-5)
+    q_var = GPT2_SMALL.d * 0.02**2 * shrink
+    assert got["q_std"] == pytest.approx(np.sqrt(q_var), rel=0.02)
+    assert got["k_std"] == pytest.approx(np.sqrt(q_var), rel=0.02)
+    assert got["raw"] == pytest.approx(np.sqrt(GPT2_SMALL.d_head) * q_var, rel=0.03)
+    assert 2.3 < got["raw"] < 2.6                    # not the 8 of unit-variance entries
+    assert got["scaled"] == pytest.approx(got["raw"] / 8, rel=1e-12)
+    assert score_std_at_init(TOY, T=16, seed=1) == score_std_at_init(TOY, T=16, seed=1)
+    with pytest.raises(ValueError, match="T: expected a positive integer"):
+        score_std_at_init(TOY, T=0)
+
+
+def test_multi_head_weights_scale_each_head_by_its_own_width():
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 5, 12))                          # [B, T, d], h = 3 heads of 4
+    W_q, W_k = rng.standard_normal((12, 12)), rng.standard_normal((12, 12))
+    weights = multi_head_weights(x, W_q, W_k, 3)
+    assert weights.shape == (2, 3, 5, 5)
+    q, k = x @ W_q, x @ W_k
+    for j in range(3):
+        cols = slice(4 * j, 4 * j + 4)                           # head j's features
+        np.testing.assert_allclose(weights[:, j], attention_weights(q[..., cols], k[..., cols]),
+                                   atol=1e-12)
+    np.testing.assert_allclose(multi_head_weights(x, W_q, W_k, 1)[:, 0],
+                               attention_weights(q, k), atol=1e-12)
+    assert multi_head_weights(x.astype(np.float32), W_q.astype(np.float32),
+                              W_k.astype(np.float32), 3).dtype == np.float32
+    with pytest.raises(ValueError, match="h: the width d = 12 does not split into h = 5"):
+        multi_head_weights(x, W_q, W_k, 5)
+    with pytest.raises(ValueError, match="h: expected a positive integer"):
+        multi_head_weights(x, W_q, W_k, 0)
+    with pytest.raises(ValueError, match=r"W_k: expected shape \[d, d\] = \(12, 12\)"):
+        multi_head_weights(x, W_q, W_k[:6], 3)
 
 
 def test_gpt2_small_unscaled_std_and_e_to_the_8():

@@ -42,3 +42,30 @@ def test_lab_runs_without_a_kernel(capsys):
     pytest.importorskip("ipywidgets")
     scaling_lab()
     assert plt.get_fignums() == []          # the lab's figures are closed after rendering
+
+
+def test_lab_temperature_reaches_past_every_widths_sqrt_dk(monkeypatch):
+    # "raise tau to see how much it takes" must be doable at every width: the slider has to
+    # go past sqrt(512) ~ 22.6, and sqrt(d_k) of each width must be one of its stops
+    pytest.importorskip("ipywidgets")
+    import anatomy.viz.scaling as lab
+
+    shown = {}
+    monkeypatch.setattr(lab, "show_lab", lambda rows, outputs, update: shown.update(
+        rows=rows, outputs=outputs, update=update))
+    lab.scaling_lab(n_keys=16, seed=0)
+    (width, temperature), = shown["rows"]
+    picture, caption = shown["outputs"]
+    assert temperature.base ** temperature.max >= np.sqrt(max(width.options)) > 22.6
+    assert temperature.base ** temperature.min <= 0.25
+    stops = temperature.base ** np.arange(temperature.min, temperature.max + 1e-9,
+                                          temperature.step)
+    for d_k in width.options:
+        assert np.isclose(stops, np.sqrt(d_k)).any(), d_k
+    width.value, temperature.value = 512, np.sqrt(512)
+    shown["update"]()
+    assert bytes(picture.value[:4]) == b"\x89PNG" and "tau = 22.6" in caption.value
+    q, k = one_query(512, n_keys=16, seed=0)
+    np.testing.assert_allclose(attention_weights(q[None], k, temperature.value, scaled=False),
+                               attention_weights(q[None], k), atol=1e-12)
+    assert plt.get_fignums() == []

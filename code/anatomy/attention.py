@@ -7,11 +7,13 @@ All functions accept any number of leading batch or head axes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from ._validate import check_bool, check_positive_int, check_shape, validated
+from .params import GPTConfig, init_params
 
 
 @validated(floats=("z",))
@@ -88,6 +90,13 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
 # ---------------------------------------------------------------- chapter 2: why sqrt(d_k)
 
 
+def _positive_temperature(args: dict, sizes: dict) -> None:
+    t = args["temperature"]
+    if isinstance(t, bool) or not np.isscalar(t) or not t > 0:
+        raise ValueError(f"temperature: expected a positive number, got {t!r}")
+
+
+@validated(where=_positive_temperature)
 def attention_weights(q: np.ndarray, k: np.ndarray, temperature: float = 1.0,
                       scaled: bool = True) -> np.ndarray:
     """The weights alone, softmax(q k^T / (sqrt(d_k) * temperature)), one row per query.
@@ -98,23 +107,27 @@ def attention_weights(q: np.ndarray, k: np.ndarray, temperature: float = 1.0,
 
     Shapes: q [..., T_q, d_k], k [..., T_k, d_k] -> weights [..., T_q, T_k]
     """
-    if isinstance(temperature, bool) or not np.isscalar(temperature) or not temperature > 0:
-        raise ValueError(f"temperature: expected a positive number, got {temperature!r}")
     scores = scaled_scores(q, k)                                  # [..., T_q, T_k]
     if not scaled:
-        scores = scores * math.sqrt(np.shape(q)[-1])              # back to raw q . k
+        scores = scores * math.sqrt(q.shape[-1])                  # back to raw q . k
     return softmax(scores / float(temperature), axis=-1)
 
 
+def _positive_counts(args: dict, sizes: dict) -> None:
+    for name in ("d_k", "n"):
+        check_positive_int(args[name], name)
+
+
+@validated(where=_positive_counts)
 def score_std(d_k: int, n: int = 10_000, seed: int = 0) -> float:
     """Measure the spread of raw dot products q . k at width d_k (it comes out near sqrt(d_k)).
 
-    Draws ``n`` independent pairs of vectors with N(0, 1) entries and returns the standard
-    deviation of their dot products.
+    Draws ``n`` independent pairs of vectors with N(0, 1) entries from a generator seeded
+    with ``seed`` and returns the standard deviation of their dot products: an estimate, so
+    it varies with the seed, by less the more pairs it uses.
 
     Shapes: q, k [n, d_k] -> dots [n] -> a float
     """
-    d_k, n = check_positive_int(d_k, "d_k"), check_positive_int(n, "n")
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n, d_k))                             # [n, d_k]
     k = rng.standard_normal((n, d_k))                             # [n, d_k]
@@ -150,6 +163,7 @@ def scaling_experiment(dims: tuple[int, ...] = (4, 64, 512), n: int = 1000, n_ke
     return rows
 
 
+@validated(floats=("z",))
 def softmax_jacobian(z: np.ndarray) -> np.ndarray:
     """How each softmax weight moves when each score moves: J[i, j] = d p_i / d z_j.
 
@@ -160,11 +174,10 @@ def softmax_jacobian(z: np.ndarray) -> np.ndarray:
 
     Shapes: z [..., n] -> J [..., n, n]
     """
-    z = np.asarray(z)
-    n = check_shape(z, "z", "[..., n]")["n"]
     p = softmax(z, axis=-1)                                       # [..., n]
+    n = p.shape[-1]
     diag = p[..., :, None] * np.eye(n, dtype=p.dtype)     # [..., n, 1] * [n, n] -> [..., n, n]
-    outer = p[..., :, None] * p[..., None, :]             # [..., n, 1] * [..., 1, n] -> [..., n, n]
+    outer = p[..., :, None] * p[..., None, :]   # [..., n, 1] * [..., 1, n] -> [..., n, n]
     return diag - outer
 
 
@@ -191,3 +204,60 @@ def jacobian_norm_by_scale(stds: np.ndarray, n_keys: int = 16, n: int = 1000,
         J = softmax_jacobian(s * z)                               # [n, n_keys, n_keys]
         norms[i] = np.abs(np.linalg.eigvalsh(J)).max(axis=-1)     # [n, n_keys] -> [n]
     return norms
+
+
+def _head_count(args: dict, sizes: dict) -> None:
+    h = check_positive_int(args["h"], "h")
+    if sizes["d"] % h:
+        raise ValueError(f"h: the width d = {sizes['d']} does not split into h = {h} heads")
+
+
+@validated(floats=("x",), where=_head_count)
+def multi_head_weights(x: np.ndarray, W_q: np.ndarray, W_k: np.ndarray, h: int) -> np.ndarray:
+    """Every head's attention weights: each head scales by its own width, d_head = d / h.
+
+    The queries and keys have the model's width d, but head j only compares its own slice
+    of d_head features, so its scores are sums of d_head products and spread like
+    sqrt(d_head): that is the d_k of the scale (GPT-2 small: sqrt(64) = 8, not sqrt(768)).
+
+    Shapes: x [..., T, d], W_q and W_k [d, d] -> weights [..., h, T, T]
+    """
+    *lead, T, d = x.shape
+    d_head = d // h
+    # [..., T, d] @ [d, d] -> [..., T, d] -> [..., T, h, d_head]
+    q = (x @ W_q).reshape(*lead, T, h, d_head)
+    k = (x @ W_k).reshape(*lead, T, h, d_head)
+    q, k = np.swapaxes(q, -3, -2), np.swapaxes(k, -3, -2)  # [..., h, T, d_head]
+    # [..., h, T, d_head] @ [..., h, d_head, T] -> [..., h, T, T]
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(d_head)
+    return softmax(scores, axis=-1)
+
+
+def score_std_at_init(cfg: GPTConfig, T: int = 256, seed: int = 0) -> dict[str, float]:
+    """How widely the first block's scores spread under the library's initialisation.
+
+    ``init_params`` draws every W_qkv from N(0, 0.02^2) with zero bias and sets LayerNorm to
+    g = 1, b = 0, whatever the vocabulary and the depth. So a copy of ``cfg`` with one block
+    and a vocabulary of T tokens draws its block's weights from the same distribution as the
+    full model, for a small part of the cost (GPT-2 small in full is 124M numbers). The
+    block's input is token t at position t, for t < T, through the first LayerNorm. Returned:
+    the std of the entries of q and k, and of the scores q . k over every head and every
+    pair of positions, raw and divided by sqrt(d_head).
+
+    Shapes: x [T, d] -> q, k [h, T, d_head] -> scores [h, T, T]
+    """
+    # imported here, not at the top: blocks and heads import this module
+    from .blocks import layer_norm
+    from .heads import split_heads
+
+    check_positive_int(T, "T")
+    one_block = dataclasses.replace(cfg, V=T, ctx=T, L=1)
+    params = init_params(one_block, seed)
+    x = params["tok_emb"] + params["pos_emb"]                      # [T, d]: token t at t
+    x = layer_norm(x, params["blocks.0.ln1_g"], params["blocks.0.ln1_b"])
+    qkv = x @ params["blocks.0.W_qkv"] + params["blocks.0.b_qkv"]  # [T, d] @ [d, 3d] -> [T, 3d]
+    q, k, _ = np.split(qkv, 3, axis=-1)                            # 3 x [T, d]
+    q, k = split_heads(q, cfg.h), split_heads(k, cfg.h)            # [T, d] -> [h, T, d_head]
+    raw = q @ np.swapaxes(k, -1, -2)       # [h, T, d_head] @ [h, d_head, T] -> [h, T, T]
+    return {"q_std": float(q.std()), "k_std": float(k.std()), "raw": float(raw.std()),
+            "scaled": float(raw.std() / math.sqrt(cfg.d_head))}

@@ -12,6 +12,10 @@ from ..attention import attention_weights
 from .common import figure_png, show_lab
 
 LAB_WIDTHS = (1, 4, 16, 64, 256, 512)
+# The temperature slider moves in steps of 2^0.25 from 2^-2 to 2^5 = 32: every lab width is
+# a power of 2, so sqrt(d_k) (up to sqrt(512) = 2^4.5) is a stop on it, where the unscaled
+# weights become exactly the scaled weights at tau = 1.
+LAB_LOG2_TAU = (-2.0, 5.0, 0.25)
 
 
 def one_query(d_k: int, n_keys: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -84,21 +88,28 @@ def draw_jacobian_norms(stds: np.ndarray, norms: np.ndarray, marks: Mapping[str,
 def scaling_lab(n_keys: int = 16, seed: int = 0):
     """An ipywidgets lab: pick a head width d_k and a temperature; watch one query's weights.
 
+    The temperature runs from 1/4 to 32 on a log scale, far enough to undo the missing
+    scale of the widest head: at tau = sqrt(d_k) the unscaled panel equals the scaled one
+    at tau = 1.
+
     Uses only widgets common to ipywidgets 7.7 (Colab) and 8.x. The figure goes to an Image
     widget as PNG bytes, set after ``display``, so the cell's recorded output stays stable.
     """
     import ipywidgets as widgets
 
     width = widgets.SelectionSlider(options=list(LAB_WIDTHS), value=64, description="d_k")
-    temperature = widgets.FloatSlider(value=1.0, min=0.25, max=4.0, step=0.25,
-                                      description="tau")
+    low, high, step = LAB_LOG2_TAU
+    temperature = widgets.FloatLogSlider(value=1.0, base=2, min=low, max=high, step=step,
+                                         description="tau")
     picture, caption = widgets.Image(format="png"), widgets.HTML()
 
     def update(_change=None):
         q, k = one_query(width.value, n_keys, seed)               # [d_k], [n_keys, d_k]
         picture.value = figure_png(draw_query_weights(q, k, temperature.value))
         raw = k @ q                                    # [n_keys, d_k] @ [d_k] -> [n_keys]
+        root = np.sqrt(width.value)
         caption.value = (f"raw scores q.k spread with std {raw.std():.1f} here; about "
-                         f"sqrt(d_k) = {np.sqrt(width.value):.1f} on average")
+                         f"sqrt(d_k) = {root:.1f} on average. At tau = {root:.1f} the left "
+                         "panel is the right one at tau = 1.")
 
     show_lab([[width, temperature]], [picture, caption], update)
