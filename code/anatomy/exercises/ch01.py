@@ -115,7 +115,10 @@ register(Exercise(
 
 
 def _given_scores(q, k):
-    """Scaled dot-product scores: q [..., T_q, d_k], k [..., T_k, d_k] -> [..., T_q, T_k]."""
+    """Scaled dot-product scores.
+
+    Shapes: q [..., T_q, d_k], k [..., T_k, d_k] -> [..., T_q, T_k]
+    """
     return q @ k.T / np.sqrt(q.shape[-1])
 
 

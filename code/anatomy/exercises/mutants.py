@@ -242,7 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.ids or [i for i, ex in exercises.items() if mutation_tested(ex)]
     survivors = 0
     for exercise_id in chosen:
-        result = audit(exercises[exercise_id], verbose=args.verbose)
+        exercise = exercises[exercise_id]
+        if not mutation_tested(exercise):
+            why = exercise.no_mutants or (f"a {exercise.kind} exercise: held to its "
+                                          "known-wrong answers")
+            print(f"{exercise_id}: not mutation-tested ({why})")
+            continue
+        result = audit(exercise, verbose=args.verbose)
         survivors += len(result.survivors)
         print(result.line)
         for mutant in result.survivors:

@@ -11,6 +11,9 @@ from ..attention import attention, scaled_scores
 from .common import figure_png, show_lab
 
 STAGES = ("X", "Q, K, V", "scores", "weights", "output")
+# The panels in which one query's computation is a single row. Its output row uses *every*
+# row of K and V (and so of X), so outlining its own row there would mislead.
+QUERY_ROWS = ("Q", "scores", "weights", "output")
 
 _CAPTIONS = {
     "X": "The input: one row of width d per token.",
@@ -46,28 +49,37 @@ def _heatmap(ax, values, title, row_labels, query=None, annotate=False, col_labe
         ax.add_patch(plt.Rectangle((-0.5, query - 0.5), values.shape[1], 1, fill=False,
                                    edgecolor="orange", linewidth=2.5))
     if annotate:
+        dark = 0.6 * np.abs(values).max()         # white text on the darkest cells
         for (i, j), v in np.ndenumerate(values):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6.5,
+                    color="white" if abs(v) > dark else "black")
 
 
 def draw_stages(stages: dict[str, np.ndarray], tokens: Sequence[str], upto: str = "output",
                 query: int | None = None):
     """Draw the stages of :func:`self_attention_stages` from X up to ``upto``.
 
-    Returns the matplotlib figure; ``query`` outlines one token's row in every panel.
+    Returns the matplotlib figure. ``query`` outlines one token's row in the panels where
+    its computation is one row (:data:`QUERY_ROWS`: Q, scores, weights, output), not in X,
+    K or V, every row of which its output uses.
     """
     if upto not in STAGES:
         raise ValueError(f"upto: expected one of {STAGES}, got {upto!r}")
+    T = len(stages["X"])
+    if query is not None and (isinstance(query, bool) or not isinstance(query, (int, np.integer))
+                              or not 0 <= query < T):
+        raise ValueError(f"query: expected a token index in [0, T) = [0, {T}), got {query!r}")
     shown = STAGES[: STAGES.index(upto) + 1]
     panels = [name for stage in shown for name in (("Q", "K", "V") if stage == "Q, K, V"
                                                    else (stage,))]
-    width = [2.0 if p == "X" else 1.4 for p in panels]
+    # the T x T panels carry a number in every cell, so they get more room
+    width = [2.0 if p in ("X", "scores", "weights") else 1.4 for p in panels]
     fig, axes = plt.subplots(1, len(panels), figsize=(sum(width) + 0.6, 2.8),
                              gridspec_kw={"width_ratios": width}, squeeze=False)
     for ax, name in zip(axes[0], panels, strict=True):
         square = name in ("scores", "weights")
-        _heatmap(ax, stages[name], name, tokens, query, annotate=square,
-                 col_labels=tokens if square else None)
+        _heatmap(ax, stages[name], name, tokens, query if name in QUERY_ROWS else None,
+                 annotate=square, col_labels=tokens if square else None)
     fig.suptitle(_CAPTIONS[upto], fontsize=10)
     fig.tight_layout()
     return fig
