@@ -13,7 +13,10 @@ from anatomy.positions import (
     alibi_slopes,
     learned_positions,
     pair_frequencies,
+    position_axis,
     rope,
+    rope_scores,
+    similarity_by_gap,
     sinusoidal,
 )
 
@@ -94,8 +97,34 @@ def test_rope_is_complex_multiplication_of_feature_pairs():
     np.testing.assert_allclose(y[:, 1::2], z.imag, atol=1e-12)
 
 
-def test_rope_keeps_float32():
+def test_rope_keeps_float32_and_promotes_integers():
     assert rope(np.ones((3, 4), dtype=np.float32)).dtype == np.float32
+    np.testing.assert_allclose(rope(np.ones((3, 4), dtype=int)), rope(np.ones((3, 4))))
+    np.testing.assert_allclose(rope(np.ones((3, 4)), [0, 1, 2]), rope(np.ones((3, 4))))
+
+
+def test_rope_scores_put_the_newest_queries_at_the_last_positions():
+    rng = np.random.default_rng(4)
+    q, k = rng.standard_normal((2, 2, 3, 7, 8))               # [B, h, T, d_head] each
+    full = rope_scores(q, k)                                  # T_q = T_k = 7
+    want = rope(q) @ np.swapaxes(rope(k), -1, -2) / np.sqrt(8)
+    np.testing.assert_allclose(full, want, atol=1e-12)
+    # The newest token alone scores exactly as the last row of the full table.
+    np.testing.assert_allclose(rope_scores(q[..., -1:, :], k), full[..., -1:, :], atol=1e-12)
+    np.testing.assert_allclose(rope_scores(q[..., -3:, :], k), full[..., -3:, :], atol=1e-12)
+    # Turning the queries at 0..T_q-1 instead (the bug of exercise 5.5) gives other scores.
+    wrong = rope(q[..., -1:, :]) @ np.swapaxes(rope(k), -1, -2) / np.sqrt(8)
+    assert not np.allclose(wrong, full[..., -1:, :])
+
+
+def test_rope_scores_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"q: expected shape \[\.\.\., T_q, d_k\] with d_k even"):
+        rope_scores(np.ones((2, 5)), np.ones((3, 5)))
+    with pytest.raises(ValueError, match=r"q: expected at most T_k = 3 queries .* got T_q = 4"):
+        rope_scores(np.ones((4, 6)), np.ones((3, 6)))
+    with pytest.raises(ValueError, match=r"k: expected shape \[\.\.\., T_k, d_k\] = "
+                                         r"\(\.\.\., 3, 6\), got \(3, 4\)"):
+        rope_scores(np.ones((1, 6)), np.ones((3, 4)))
 
 
 # ---------------------------------------------------------------- learned table and ALiBi
@@ -133,6 +162,19 @@ def test_odd_widths_are_rejected():
 def test_rope_positions_must_match_T():
     with pytest.raises(ValueError, match=r"positions: expected shape \[T\] = \(5,\), got \(4,\)"):
         rope(np.ones((5, 4)), np.arange(4))
+
+
+def test_counts_must_be_positive_integers():
+    with pytest.raises(ValueError, match=r"n_pos: expected a positive integer, got 0"):
+        sinusoidal(0, 4)
+    with pytest.raises(ValueError, match=r"d: expected a positive integer, got 4\.0"):
+        sinusoidal(3, 4.0)
+    with pytest.raises(ValueError, match=r"T: expected a positive integer, got 0"):
+        alibi_bias(0, 2)
+    with pytest.raises(ValueError, match=r"h: expected a positive integer, got True"):
+        alibi_bias(3, True)
+    with pytest.raises(ValueError, match=r"base: expected a positive number, got -1"):
+        rope(np.ones((3, 4)), base=-1)
 
 
 def test_learned_table_has_nothing_past_ctx():
@@ -264,3 +306,74 @@ def test_ch5_figures_draw_the_syllabus_numbers():
     assert len(fig.axes) == 6
     assert fig.axes[1].get_title() == "row p = 20: cos(p=20, m=25) = 0.77"
     plt.close(fig)
+
+
+def test_position_similarity_rope_compares_one_vector_with_itself():
+    from anatomy.viz.positions import position_similarity
+
+    sim = position_similarity("RoPE", n_pos=40, d=16, seed=3)
+    np.testing.assert_allclose(np.diag(sim), 1.0, atol=1e-12)          # as sinusoidal
+    x = np.random.default_rng(3).standard_normal(16)
+    pairs = x[0::2] ** 2 + x[1::2] ** 2                                # |x_i|^2 per pair
+    for gap in (1, 5, 17):
+        want = (pairs * np.cos(gap * pair_frequencies(16))).sum() / (x @ x)
+        np.testing.assert_allclose(np.diagonal(sim, gap), want, atol=1e-12)
+
+
+def test_gap_curves_wiggle_at_d16_and_fall_for_43_gaps_at_d512():
+    import matplotlib.pyplot as plt
+
+    from anatomy.viz.positions import draw_gap_curves, first_rise, gap_curve
+
+    small = gap_curve(16, 64) * 8                              # back to PE . PE
+    np.testing.assert_allclose(small[[0, 1, 2, 5, 20]], [8.0, 7.49, 6.37, 6.14, 5.78],
+                               atol=0.005)
+    assert first_rise(gap_curve(16, 64)) == 4
+    # The recorded climbs of the d = 16 curve: gaps 4-6, 11-13 and 17-19.
+    rises = np.flatnonzero(np.diff(small) > 0)[:9] + 1
+    assert rises.tolist() == [4, 5, 6, 11, 12, 13, 17, 18, 19]
+    wide = gap_curve(512, 64)
+    assert first_rise(wide) == 44 and np.all(np.diff(wide[:44]) < 0)
+    assert first_rise(np.arange(5.0)[::-1]) is None
+    fig = draw_gap_curves((16, 512), 64)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["first rise: gap 4",
+                                                         "first rise: gap 44"]
+    plt.close(fig)
+
+
+def test_similarity_by_gap_and_position_axis():
+    sim = np.array([[1.0, 0.5, 0.1], [0.5, 1.0, 0.3], [0.1, 0.3, 1.0]])
+    np.testing.assert_allclose(similarity_by_gap(sim, [(0, 0), (1, 1), (2, 2), (1, 2)]),
+                               [1.0, 0.4, 0.1, (0.5 + 0.3 + 0.1) / 3])
+    with pytest.raises(ValueError, match=r"bands: no pair of the 3 positions is 5 to 9 apart"):
+        similarity_by_gap(sim, [(5, 9)])
+    with pytest.raises(ValueError, match=r"sim: expected shape \[n, n\]"):
+        similarity_by_gap(np.ones((2, 3)), [(1, 1)])
+    # A table whose rows walk along one straight line: all variance on one axis, in order.
+    line = np.arange(10.0)[:, None] * np.array([[1.0, -2.0, 0.5]])     # [10, 3]
+    share, order = position_axis(line)
+    assert share == pytest.approx(1.0) and order == pytest.approx(1.0)
+    share, order = position_axis(np.random.default_rng(0).standard_normal((64, 128)))
+    assert share < 0.06 and order < 0.3
+    with pytest.raises(ValueError, match=r"table: expected shape \[n, d\] with n >= 3"):
+        position_axis(np.ones((2, 4)))
+
+
+def test_the_shipped_models_position_table_learned_distance():
+    # Chapter 5's printed measurements of the trained table (anatomy.weights).
+    from anatomy.interp import position_similarity
+    from anatomy.params import init_params
+    from anatomy.weights import load
+
+    params, cfg, _ = load("shakespeare-char")
+    sim = position_similarity(params, cfg, seed=0)
+    bands = [(1, 1), (2, 3), (4, 15), (16, 31), (32, 63)]
+    trained = np.round(similarity_by_gap(sim["trained"], bands), 2)
+    untrained = np.round(similarity_by_gap(sim["untrained"], bands), 2)
+    assert trained[0] == 0.69 and trained[-1] < -0.3            # neighbours alike, far apart not
+    assert np.all(np.diff(trained[[0, 1, 3, 4]]) < 0)
+    assert np.all(np.abs(untrained) <= 0.02)
+    share, order = position_axis(params["pos_emb"])
+    assert round(share, 2) == 0.44 and order > 0.98
+    share, order = position_axis(init_params(cfg, 0)["pos_emb"])
+    assert share < 0.06 and order < 0.2

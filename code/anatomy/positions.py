@@ -14,19 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_positive_int, check_shape, shape_error
-
-
-def _pair_angles(positions: np.ndarray, d: int, base: float) -> np.ndarray:
-    """Angle of feature pair i at each position: p / base^(2i/d).
-
-    Low pairs spin fast (angle 1 radian per step for i = 0) and tell neighbours apart; high
-    pairs spin slowly and give a coarse position.
-
-    Shapes: positions [T] -> angles [T, d/2]
-    """
-    inv_freq = base ** (np.arange(0, d, 2) / d)       # [d/2]: 1, ..., close to base
-    return positions[:, None] / inv_freq              # [T, 1] / [d/2] -> [T, d/2]
+from ._validate import check_positive_int, check_shape, shape_error, validated
 
 
 def pair_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
@@ -46,6 +34,16 @@ def pair_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
     return 1.0 / float(base) ** (np.arange(0, d, 2) / d)   # [d/2]: 1, ..., about 1/base
 
 
+def _table_size(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`sinusoidal`: n_pos and an even d, positive integers."""
+    check_positive_int(args["n_pos"], "n_pos")
+    d = check_positive_int(args["d"], "d")
+    if d % 2:
+        raise ValueError(f"d: expected an even width (features come in (sin, cos) pairs), "
+                         f"got d={d}")
+
+
+@validated(where=_table_size)
 def sinusoidal(n_pos: int, d: int) -> np.ndarray:
     """The fixed position table of the original transformer.
 
@@ -54,49 +52,76 @@ def sinusoidal(n_pos: int, d: int) -> np.ndarray:
 
     Shapes: -> PE [n_pos, d]   (d even)
     """
-    n_pos, d = check_positive_int(n_pos, "n_pos"), check_positive_int(d, "d")
-    if d % 2:
-        raise ValueError(f"d: expected an even width (features come in (sin, cos) pairs), "
-                         f"got d={d}")
-    angles = _pair_angles(np.arange(n_pos), d, 10000.0)   # [n_pos, d/2]
+    p = np.arange(n_pos)[:, None]                      # [n_pos, 1]: positions 0..n_pos-1
+    angles = p / 10000.0 ** (np.arange(0, d, 2) / d)   # [n_pos, 1] / [d/2] -> [n_pos, d/2]
     pe = np.empty((n_pos, d))
-    pe[:, 0::2] = np.sin(angles)                           # even columns: sines
-    pe[:, 1::2] = np.cos(angles)                           # odd columns: cosines
+    pe[:, 0::2] = np.sin(angles)                       # even columns: sines
+    pe[:, 1::2] = np.cos(angles)                       # odd columns: cosines of the same angle
     return pe
 
 
+def _rope_args(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`rope`: an even width and a positive base."""
+    if sizes["d"] % 2:
+        raise shape_error("x", "[..., T, d]", args["x"].shape, note="with d even (features "
+                          "rotate in pairs)")
+    if not args["base"] > 0:
+        raise ValueError(f"base: expected a positive number, got {args['base']!r}")
+
+
+@validated(floats=("x",), where=_rope_args)
 def rope(x: np.ndarray, positions: np.ndarray | None = None, base: float = 10000.0
          ) -> np.ndarray:
-    """Rotary position embedding: rotate each feature pair (2i, 2i+1) by position * base^(-2i/d).
+    """Rotary position embedding: turn each feature pair (2i, 2i+1) of the vector at position
+    p by the angle p * base^(-2i/d), counter-clockwise.
 
-    Applied to queries and keys (not values) before the scores. A rotation by angle a of the
-    query and by angle b of the key leaves their dot product depending on a - b only, so the
-    score of positions p and m depends on p - m, and rotations preserve every vector's norm.
-    This is the interleaved-pairs form of the RoFormer paper; some libraries pair feature i
-    with feature i + d/2 instead, which is the same idea with the features permuted.
+    Applied per head to the queries and keys (not the values), after the projections and
+    before the scores, so d here is d_head. A rotation by angle a of the query and by angle b
+    of the key leaves their dot product depending on a - b only, so the score of positions p
+    and m depends on p - m, and rotations preserve every vector's norm. This is the
+    interleaved-pairs form of the RoFormer paper; some libraries pair feature i with feature
+    i + d/2 instead, which is the same idea with the features permuted. A float32 x stays
+    float32.
 
     Shapes: x [..., T, d] (d even), positions [T] (default 0..T-1) -> [..., T, d]
     """
-    x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float64)
-    dims = check_shape(x, "x", "[..., T, d]")
-    T, d = dims["T"], dims["d"]
-    if d % 2:
-        raise shape_error("x", "[..., T, d]", x.shape, note="with d even (features rotate in "
-                          "pairs)")
-    if not base > 0:
-        raise ValueError(f"base: expected a positive number, got {base!r}")
-    positions = np.arange(T) if positions is None else np.asarray(positions)
-    check_shape(positions, "positions", "[T]", T=T)
-    angles = _pair_angles(positions.astype(np.float64), d, float(base))   # [T, d/2]
-    # Cast once so a float32 x stays float32.
+    T, d = x.shape[-2:]
+    p = np.arange(T) if positions is None else positions          # [T]
+    angles = p[:, None] / base ** (np.arange(0, d, 2) / d)        # [T, 1] / [d/2] -> [T, d/2]
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]         # [..., T, d] -> 2 x [..., T, d/2]
     out = np.empty_like(x)
     out[..., 0::2] = x_even * cos - x_odd * sin        # [..., T, d/2] * [T, d/2]
     out[..., 1::2] = x_even * sin + x_odd * cos
     return out
+
+
+def _newest_queries(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`rope_scores`: d_k even and T_q <= T_k."""
+    if sizes["d_k"] % 2:
+        raise shape_error("q", "[..., T_q, d_k]", args["q"].shape, note="with d_k even "
+                          "(RoPE turns features in pairs)")
+    if sizes["T_q"] > sizes["T_k"]:
+        raise ValueError(f"q: expected at most T_k = {sizes['T_k']} queries (the newest "
+                         f"T_q of the T_k positions), got T_q = {sizes['T_q']}")
+
+
+@validated(floats=("q", "k"), where=_newest_queries)
+def rope_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Scaled RoPE scores of the newest T_q queries against all T_k keys.
+
+    The keys sit at positions 0..T_k-1 and the queries are the last T_q of those positions,
+    T_k - T_q .. T_k - 1: a model that keeps the keys of earlier tokens (a KV cache) and
+    scores only its newest token has T_q = 1. Each is turned by :func:`rope` at its own
+    position, then q k^T / sqrt(d_k) as in chapter 1.
+
+    Shapes: q [..., T_q, d_k], k [..., T_k, d_k] (d_k even, T_q <= T_k) -> [..., T_q, T_k]
+    """
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    q = rope(q, np.arange(T_k - T_q, T_k))     # queries at the last T_q positions
+    k = rope(k)                                # keys at positions 0..T_k-1
+    # [..., T_q, d_k] @ [..., d_k, T_k] -> [..., T_q, T_k]
+    return q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
 
 
 def learned_positions(pos_emb: np.ndarray, T: int, start: int = 0) -> np.ndarray:
@@ -138,6 +163,13 @@ def alibi_slopes(h: int) -> np.ndarray:
     return np.concatenate([geometric(n), geometric(2 * n)[0::2][: h - n]])
 
 
+def _bias_size(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`alibi_bias`: T and h positive integers."""
+    check_positive_int(args["T"], "T")
+    check_positive_int(args["h"], "h")
+
+
+@validated(where=_bias_size)
 def alibi_bias(T: int, h: int) -> np.ndarray:
     """ALiBi: add -slope * (distance to the key) to each head's scores; no position table.
 
@@ -146,7 +178,53 @@ def alibi_bias(T: int, h: int) -> np.ndarray:
 
     Shapes: -> bias [h, T, T]
     """
-    T = check_positive_int(T, "T")
     offset = np.arange(T)[None, :] - np.arange(T)[:, None]   # [T, T]: k - q, < 0 for the past
     slopes = alibi_slopes(h)[:, None, None]                   # [h] -> [h, 1, 1]
     return slopes * np.minimum(offset, 0)                     # [h, 1, 1] * [T, T] -> [h, T, T]
+
+
+# ---- reading a position table (chapter 5: what training puts in GPT's table) -------------
+
+
+@validated
+def similarity_by_gap(sim: np.ndarray, bands: list[tuple[int, int]]) -> np.ndarray:
+    """The mean of a table of similarities between positions over the pairs (p, m) whose
+    gap |p - m| lies in each band [lo, hi] (both ends included).
+
+    Shapes: sim [n, n] -> [len(bands)]
+    """
+    n = sim.shape[0]
+    gap = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])   # [n, n]: |p - m|
+    means = []
+    for lo, hi in bands:
+        pairs = (gap >= lo) & (gap <= hi)                          # [n, n]
+        if not pairs.any():
+            raise ValueError(f"bands: no pair of the {n} positions is {lo} to {hi} apart")
+        means.append(sim[pairs].mean())
+    return np.array(means)
+
+
+def _three_rows(args: dict, sizes: dict) -> None:
+    if sizes["n"] < 3:
+        raise ValueError(f"table: expected shape [n, d] with n >= 3 positions, got "
+                         f"{args['table'].shape}")
+
+
+@validated(floats=("table",), where=_three_rows)
+def position_axis(table: np.ndarray) -> tuple[float, float]:
+    """How much of a position table lies along one direction, and how well that direction
+    orders the positions.
+
+    Returns (share, order): the share of the variance of the centred rows that lies along
+    their first principal direction, and |correlation| between each row's coordinate along
+    that direction and its position. A table that learned "how far into the window am I" as
+    one straight axis scores high on both; random rows score about 1/d and about 0.
+
+    Shapes: table [n, d] (n >= 3) -> (float, float)
+    """
+    centred = table - table.mean(axis=0)                       # [n, d]
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)     # vt [min(n, d), d]
+    coord = centred @ vt[0]                                    # [n, d] @ [d] -> [n]
+    share = s[0] ** 2 / np.sum(s ** 2)
+    order = abs(np.corrcoef(coord, np.arange(len(table)))[0, 1])
+    return float(share), float(order)

@@ -19,9 +19,10 @@ def position_similarity(scheme: str, n_pos: int = 64, d: int = 16, seed: int = 0
     """Cosine similarity of every pair of positions under one scheme.
 
     - "sinusoidal": rows of :func:`sinusoidal` (every row has norm sqrt(d/2));
-    - "RoPE": a random query q rotated to position p against a random key k rotated to
-      position m, rope(q, p) . rope(k, m) / (|q| |k|): the same content at every position,
-      so only the positions change the score;
+    - "RoPE": one random vector x rotated to position p against the same x rotated to
+      position m, rope(x, p) . rope(x, m) / |x|^2: a query and a key with the same content,
+      so only the positions change the score, and a position is as similar to itself (1)
+      as under the sinusoidal table;
     - "learned (untrained)": rows of a freshly initialised table (GPT-2's N(0, 0.02)).
       Training would shape it; at initialisation it holds no notion of distance.
 
@@ -33,9 +34,8 @@ def position_similarity(scheme: str, n_pos: int = 64, d: int = 16, seed: int = 0
     if scheme == "sinusoidal":
         rows = cols = sinusoidal(n_pos, d)                       # [n_pos, d]
     elif scheme == "RoPE":
-        q, k = rng.standard_normal((2, d))                       # [d] each
-        rows = rope(np.tile(q, (n_pos, 1)))                      # [n_pos, d]: q at 0..n_pos-1
-        cols = rope(np.tile(k, (n_pos, 1)))                      # [n_pos, d]: k at 0..n_pos-1
+        x = rng.standard_normal(d)                               # [d]: one content vector
+        rows = cols = rope(np.tile(x, (n_pos, 1)))               # [n_pos, d]: x at 0..n_pos-1
     else:
         rows = cols = rng.normal(0.0, 0.02, (n_pos, d))          # [n_pos, d]
     rows = rows / np.linalg.norm(rows, axis=-1, keepdims=True)   # unit rows, [n_pos, d]
@@ -85,6 +85,53 @@ def draw_dot_vs_gap(pe: np.ndarray, starts: Sequence[int] = (10, 30),
     ax.set_xlabel("gap m - p", fontsize=9)
     ax.set_ylabel("PE[p] . PE[m]", fontsize=9)
     ax.set_title(f"dot product against gap, PE {list(pe.shape)}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def gap_curve(d: int, n_gaps: int) -> np.ndarray:
+    """PE[p] . PE[p + gap] / (d/2) for gap = 0..n_gaps-1: the sinusoidal dot product against
+    the gap, scaled to start at 1 whatever the width (it is the same from every p).
+
+    Shapes: -> [n_gaps]
+    """
+    pe = sinusoidal(n_gaps, d)                                   # [n_gaps, d]
+    return pe @ pe[0] / (d / 2)                                  # [n_gaps, d] @ [d]
+
+
+def first_rise(curve: np.ndarray) -> int | None:
+    """The first gap at which a dot-product curve is higher than at the gap before (None if
+    it never rises).
+
+    Shapes: curve [n_gaps]
+    """
+    rises = np.flatnonzero(np.diff(curve) > 0)                   # [n_gaps - 1] -> indices
+    return int(rises[0]) + 1 if rises.size else None
+
+
+def draw_gap_curves(widths: Sequence[int] = (16, 512), n_gaps: int = 64):
+    """The sinusoidal dot product against the gap for several widths, each scaled to start
+    at 1, with the first gap at which each curve rises marked.
+
+    Narrow tables wiggle from the first few gaps; wide ones fall steadily for dozens.
+    """
+    fig, ax = plt.subplots(figsize=(6.2, 3.0))
+    for d, style in zip(widths, ("-o", "-s", "-^", "-v"), strict=False):
+        curve = gap_curve(d, n_gaps)                             # [n_gaps]
+        line, = ax.plot(np.arange(n_gaps), curve, style, markersize=2.5, linewidth=1,
+                        label=f"d = {d}")
+        rise = first_rise(curve)
+        if rise is not None:
+            ax.plot([rise], [curve[rise]], "o", markersize=8, markerfacecolor="none",
+                    markeredgecolor=line.get_color())
+            ax.annotate(f"first rise: gap {rise}", (rise, curve[rise]),
+                        textcoords="offset points", xytext=(6, 12), fontsize=8,
+                        color=line.get_color(),
+                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none"))
+    ax.set_xlabel("gap m - p", fontsize=9)
+    ax.set_ylabel("PE[p] . PE[m] / (d/2)", fontsize=9)
+    ax.set_title("dot product against gap, scaled to 1 at gap 0", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -154,8 +201,8 @@ def draw_similarity(schemes: str | Sequence[str], p: int, m: int, n_pos: int = 6
                              gridspec_kw={"width_ratios": [1, 1.5]}, squeeze=False)
     for (left, right), scheme in zip(axes, schemes, strict=True):
         sim = position_similarity(scheme, n_pos, d)              # [n_pos, n_pos]
-        top = np.abs(sim).max()                                  # each panel its own range
-        left.imshow(sim, cmap="RdBu_r", vmin=-top, vmax=top, interpolation="nearest")
+        # One scale for every panel: each position has similarity 1 with itself.
+        left.imshow(sim, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
         left.plot([m], [p], "o", markerfacecolor="none", markeredgecolor="black",
                   markersize=8)
         left.set_title(f"{scheme}: similarity {list(sim.shape)}", fontsize=9)
@@ -165,6 +212,7 @@ def draw_similarity(schemes: str | Sequence[str], p: int, m: int, n_pos: int = 6
         right.plot(np.arange(n_pos), sim[p], "-", linewidth=1, color="tab:blue")
         right.plot([m], [sim[p, m]], "o", color="tab:orange")
         right.axhline(0, color="grey", linewidth=0.5)
+        right.set_ylim(-1.05, 1.05)
         right.set_title(f"row p = {p}: cos(p={p}, m={m}) = {sim[p, m]:.2f}", fontsize=9)
         right.set_xlabel("position m", fontsize=8)
         right.tick_params(labelsize=7)
