@@ -1,6 +1,7 @@
 """anatomy.heads: the chapter 4 worked example, the no-loop implementation against a loop over
 heads, parity with torch.nn.MultiheadAttention and scaled_dot_product_attention (float64 within
-1e-12, float32 within 1e-5), the cost formulas, and chapter 4's figures (anatomy.viz.heads).
+1e-12, float32 within 1e-5), per-sequence masks reaching every head, the cost formulas, and
+chapter 4's figures and report (anatomy.viz.heads: the lab's divisor slider, describe_heads).
 """
 
 import numpy as np
@@ -172,6 +173,39 @@ def test_grouped_query_attention_is_mha_with_shared_kv_heads(h_kv):
     np.testing.assert_allclose(weights, ref_w, atol=1e-12)
 
 
+def test_a_per_sequence_mask_reaches_every_head_of_its_own_sequence():
+    # B = h = 2: a [B, T, T] mask without the head axis would still broadcast against the
+    # scores [B, h, T, T] and silently give head b the mask of sequence b.
+    rng = np.random.default_rng(8)
+    d, h, T = 8, 2, 5
+    x = rng.standard_normal((2, T, d))
+    W_qkv, b_qkv, W_o, b_o = _weights(d, rng)
+    mask = (rng.random((2, T, T)) < 0.5) & ~np.eye(T, dtype=bool)          # [B, T, T]
+    out, weights = multi_head_attention(x, W_qkv, W_o, h, b_qkv, b_o, mask=mask)
+    for b in range(2):
+        o, w = multi_head_attention(x[b], W_qkv, W_o, h, b_qkv, b_o, mask=mask[b])
+        np.testing.assert_allclose(out[b], o, atol=1e-12)
+        np.testing.assert_allclose(weights[b], w, atol=1e-12)
+        assert not weights[b][:, mask[b] | causal_mask(T)].any()            # every head
+    # the same through the KV-cache path, which builds its mask separately
+    cached, cached_w, _ = cached_multi_head_attention(x, W_qkv, W_o, h, None, b_qkv, b_o,
+                                                      mask=mask)
+    np.testing.assert_allclose(out, cached, atol=1e-12)
+    np.testing.assert_allclose(weights, cached_w, atol=1e-12)
+
+
+def test_a_key_mask_of_shape_T_hides_keys_from_every_query():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 8))
+    W_qkv, _, W_o, _ = _weights(8, rng)
+    hidden = np.arange(4) >= 2                                              # [T]
+    _, weights = multi_head_attention(x, W_qkv, W_o, 2, causal=False, mask=hidden)
+    assert weights.shape == (2, 4, 4) and not weights[..., 2:].any()
+    np.testing.assert_allclose(weights.sum(-1), 1.0)
+    with pytest.raises(TypeError, match="mask: expected a boolean array"):
+        multi_head_attention(x, W_qkv, W_o, 2, mask=hidden.astype(float))
+
+
 def test_cached_attention_equals_the_last_rows_of_full_attention():
     rng = np.random.default_rng(6)
     d, h, T = 8, 2, 7
@@ -220,7 +254,7 @@ def test_input_rank_and_mask_shape_are_named():
                                          r"got \(4, 8\)"):
         merge_heads(np.ones((4, 8)))
     msg = (r"mask: expected shape \[T_q, T_k\] = \(4, 4\) \(or broadcastable to scores "
-           r"\[\.\.\., T_q, T_k\] = \(2, 4, 4\)\), got \(3, 1, 4\)")
+           r"\[\.\.\., T, T\] = \(2, 4, 4\)\), got \(3, 1, 4\)")
     with pytest.raises(ValueError, match=msg):
         multi_head_attention(np.ones((2, 4, 8)), np.ones((8, 24)), np.ones((8, 8)), 2,
                              mask=padding_mask(np.array([1, 2, 3]), 4))
@@ -312,6 +346,37 @@ def test_lab_divisors_snap_and_head_weights():
     assert np.all(head_weights(X, W_qkv, 3, causal=False) > 0)
 
 
+def test_lab_slider_steps_through_every_divisor(monkeypatch):
+    # The slider's stops are the divisors of d, so the arrow keys (one stop per press) reach
+    # every head count, 6 and 12 included; a 1..d slider that snapped back to the nearest
+    # divisor got stuck at 4 and 6.
+    pytest.importorskip("ipywidgets")
+    import matplotlib.pyplot as plt
+
+    import anatomy.viz.heads as lab
+
+    shown = {}
+    monkeypatch.setattr(lab, "show_lab", lambda rows, outputs, update: shown.update(
+        rows=rows, outputs=outputs, update=update))
+    rng = np.random.default_rng(0)
+    X, W_qkv = rng.standard_normal((6, 12)), rng.standard_normal((12, 36))
+    lab.heads_lab(X, W_qkv, list("abcdef"), h=5)
+    (slider, masked), = shown["rows"]
+    picture, caption = shown["outputs"]
+    assert list(slider.options) == divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert slider.value == 4                        # h = 5 starts at the nearest divisor
+    seen = []
+    slider.observe(lambda change: shown["update"](), names="value")
+    for index in range(len(slider.options)):        # what the right arrow does, one stop each
+        slider.index = index
+        seen.append(slider.value)
+        assert f"h = {slider.value} " in caption.value
+        assert f"d_head = {12 // slider.value};" in caption.value
+        assert bytes(picture.value[:4]) == b"\x89PNG"
+    assert seen == [1, 2, 3, 4, 6, 12]
+    assert plt.get_fignums() == []
+
+
 @pytest.mark.parametrize("h", [1, 4, 12])
 def test_draw_heads_has_one_panel_per_head(h):
     import matplotlib.pyplot as plt
@@ -328,3 +393,43 @@ def test_draw_heads_has_one_panel_per_head(h):
     plt.close(fig)
     with pytest.raises(ValueError, match=r"weights: expected shape \[h, T, T\]"):
         draw_heads(weights[0], tokens)
+
+
+def test_describe_heads_names_the_clear_jobs_and_lists_the_rest():
+    from anatomy.interp import HeadScores
+    from anatomy.viz.heads import ROLE_WORDS, describe_heads
+
+    # L = 1, h = 3: head 0 looks at the previous character, head 1 nearly so (0.35, under
+    # the 0.4 bar), head 2 at itself, but a uniform head would score 0.3 there (1.5x)
+    scores = HeadScores(scores={"previous": np.array([[0.8, 0.35, 0.1]]),
+                                "self": np.array([[0.1, 0.2, 0.45]])},
+                        uniform={"previous": 0.1, "self": 0.3},
+                        queries={"previous": 10, "self": 12}, n_windows=1)
+    lines = describe_heads(scores)
+    assert lines == [
+        "1 of 3 heads named (one role holds >= 0.40 of the weight, >= 5x uniform):",
+        "  layer 0 head 0: 0.80 on the previous character (uniform: 0.10)",
+        "2 heads without a name: their two strongest roles, score (x uniform):",
+        "  layer 0 head 1: previous 0.35 (3.5x), self 0.20 (0.7x)",
+        "  layer 0 head 2: self 0.45 (1.5x), previous 0.10 (1.0x)"]
+    assert describe_heads(scores, min_score=0.3, min_ratio=3)[2].startswith(
+        "  layer 0 head 1: 0.35 on the previous character")
+    from anatomy.interp import ROLES
+    assert set(ROLE_WORDS) == set(ROLES)
+
+
+def test_describe_heads_on_the_shipped_model_fits_the_column():
+    from anatomy.examples import PASSAGE
+    from anatomy.interp import head_scores
+    from anatomy.viz.heads import describe_heads
+    from anatomy.weights import load, windows
+
+    params, cfg, tok = load("shakespeare-char")
+    rows = windows(np.array(tok.encode(PASSAGE)), cfg.ctx)               # [20, 64]
+    lines = describe_heads(head_scores(params, rows, cfg, tok))
+    assert len(lines) == 2 + cfg.L * cfg.h and all(len(line) <= 78 for line in lines)
+    # the three heads chapter 4 names, with what they score on the passage
+    assert lines[1:4] == [
+        "  layer 1 head 1: 0.67 on the latest space (uniform: 0.05)",
+        "  layer 0 head 2: 0.55 on the previous character (uniform: 0.06)",
+        "  layer 1 head 3: 0.44 on the latest newline (uniform: 0.03)"]

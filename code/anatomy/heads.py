@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validate import (
+    check_bool,
     check_divisible,
     check_leading,
     check_mask,
@@ -18,35 +19,40 @@ from ._validate import (
     check_projection,
     check_shape,
     shape_error,
+    validated,
 )
 from .attention import attention
 from .masks import causal_mask
 from .positions import rope
 
 
+def _heads_divide(args: dict, sizes: dict) -> None:
+    """h is a positive integer and the width d splits into h heads of whole width."""
+    check_divisible("x", sizes["d"], check_positive_int(args["h"], "h"))
+
+
+@validated(where=_heads_divide)
 def split_heads(x: np.ndarray, h: int) -> np.ndarray:
     """Give each head its own slice of the features: head j gets columns j*d_head..(j+1)*d_head.
 
     Shapes: x [..., T, d] -> [..., h, T, d_head]
     """
-    x = np.asarray(x)
-    h = check_positive_int(h, "h")
-    d = check_shape(x, "x", "[..., T, d]")["d"]
-    check_divisible("x", d, h)
-    *lead, T, _ = x.shape
+    *lead, T, d = x.shape
     x = x.reshape(*lead, T, h, d // h)          # [..., T, d] -> [..., T, h, d_head]
     return np.swapaxes(x, -3, -2)               # -> [..., h, T, d_head]
 
 
+@validated
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """Undo :func:`split_heads`: lay the heads side by side again.
 
+    The head axis moves back next to d_head first, so that the reshape glues each token's h
+    pieces into one row; reshaping [h, T, d_head] straight to [T, d] would mix tokens.
+
     Shapes: x [..., h, T, d_head] -> [..., T, d]   (d = h * d_head)
     """
-    x = np.asarray(x)
-    check_shape(x, "x", "[..., h, T, d_head]")
     *lead, h, T, d_head = x.shape
-    x = np.swapaxes(x, -3, -2)                  # [..., h, T, d_head] -> [..., T, h, d_head]
+    x = np.moveaxis(x, -3, -2)                  # [..., h, T, d_head] -> [..., T, h, d_head]
     return x.reshape(*lead, T, h * d_head)      # -> [..., T, d]
 
 
@@ -89,6 +95,13 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, W_o: np.ndarray,
     return linear(out, W_o, b_o), weights       # [..., T_q, d] @ [d, d] -> [..., T_q, d]
 
 
+def _heads_and_mask(args: dict, sizes: dict) -> None:
+    _heads_divide(args, sizes)
+    if args["mask"] is not None:
+        check_bool(args["mask"], "mask")
+
+
+@validated(where=_heads_and_mask)
 def multi_head_attention(x: np.ndarray, W_qkv: np.ndarray, W_o: np.ndarray, h: int,
                          b_qkv: np.ndarray | None = None, b_o: np.ndarray | None = None,
                          causal: bool = True, mask: np.ndarray | None = None
@@ -97,15 +110,28 @@ def multi_head_attention(x: np.ndarray, W_qkv: np.ndarray, W_o: np.ndarray, h: i
 
     ``W_qkv`` is split into Q, K, V in that order (columns 0:d, d:2d, 2d:3d), and each of
     those into h heads of width d_head = d / h. ``mask`` (True = forbidden) is per sequence,
-    e.g. a :func:`anatomy.masks.padding_mask`; it is combined with the causal mask when
-    ``causal`` is true, and the head axis is added here.
+    e.g. a :func:`anatomy.masks.padding_mask`: every head of a sequence sees the same tokens,
+    so it has no head axis, and one is added here. It is combined with the causal mask when
+    ``causal`` is true.
 
-    Shapes: x [T, d] or [B, T, d], W_qkv [d, 3d], b_qkv [3d], W_o [d, d], b_o [d],
-            mask broadcastable to [T, T] or [B, T, T]
-            -> out like x, weights [h, T, T] or [B, h, T, T]
+    Shapes: x [..., T, d], W_qkv [d, 3d], b_qkv [3d], W_o [d, d], b_o [d],
+            mask broadcastable to [..., T, T]
+            -> out [..., T, d], weights [..., h, T, T]
     """
-    out, weights, _ = cached_multi_head_attention(x, W_qkv, W_o, h, None, b_qkv, b_o,
-                                                  causal=causal, mask=mask)
+    T, d = x.shape[-2:]
+    qkv = x @ W_qkv                             # [..., T, d] @ [d, 3d] -> [..., T, 3d]
+    if b_qkv is not None:
+        qkv = qkv + b_qkv
+    # Q, K, V are the column blocks 0:d, d:2d, 2d:3d; each [..., T, d] -> [..., h, T, d_head]
+    q, k, v = (split_heads(qkv[..., i * d:(i + 1) * d], h) for i in range(3))
+    if causal:
+        mask = causal_mask(T) if mask is None else mask | causal_mask(T)   # [..., T, T]
+    if mask is not None and mask.ndim > 2:
+        mask = mask[..., None, :, :]            # [..., T, T] -> [..., 1, T, T]: every head
+    out, weights = attention(q, k, v, mask)     # [..., h, T, d_head], [..., h, T, T]
+    out = merge_heads(out) @ W_o                # [..., T, d] @ [d, d] -> [..., T, d]
+    if b_o is not None:
+        out = out + b_o
     return out, weights
 
 

@@ -1,5 +1,7 @@
-"""Chapter 4's picture of multi-head attention: one weight map per head, and the lab that
-re-splits the same projection into a different number of heads."""
+"""Chapter 4's picture of multi-head attention: one weight map per head, the lab that
+re-splits the same projection into a different number of heads (the slider stops at the
+divisors of d only), and a short report of which heads of a trained model have a job that
+can be named (:func:`describe_heads`, from :func:`anatomy.interp.head_scores`)."""
 
 from __future__ import annotations
 
@@ -78,26 +80,68 @@ def heads_lab(X: np.ndarray, W_qkv: np.ndarray, tokens: Sequence[str], h: int = 
               causal: bool = True):
     """An ipywidgets lab: split the same W_qkv into h heads and see every head's weights.
 
-    The slider moves over 1..d and snaps to the nearest divisor of d. Uses only widgets and
-    calls common to ipywidgets 7.7 (Colab) and 8.x; the figure goes to an Image widget whose
-    value is set after ``display``, so the cell's recorded output stays small and stable.
+    The slider's stops are the divisors of d and nothing else, so every stop is a whole
+    d_head and the arrow keys step from one divisor to the next (1, 2, 3, 4, 6, 12 for
+    d = 12); ``h`` starts at the divisor nearest to it. Uses only widgets and calls common to
+    ipywidgets 7.7 (Colab) and 8.x; the figure goes to an Image widget whose value is set
+    after ``display``, so the cell's recorded output stays small and stable.
     """
     import ipywidgets as widgets
 
     d = np.shape(X)[-1]
-    heads = widgets.IntSlider(value=snap_heads(h, d), min=1, max=d, description="h")
+    heads = widgets.SelectionSlider(options=divisors(d), value=snap_heads(h, d),
+                                    description="h")
     masked = widgets.Checkbox(value=causal, description="causal mask")
     picture, caption = widgets.Image(format="png"), widgets.HTML()
 
     def update(_change=None):
-        snapped = snap_heads(heads.value, d)
-        if snapped != heads.value:
-            heads.value = snapped               # fires update again with a divisor
-            return
-        weights = head_weights(X, W_qkv, snapped, causal=masked.value)
+        n = heads.value
+        weights = head_weights(X, W_qkv, n, causal=masked.value)
         picture.value = figure_png(draw_heads(weights, tokens))
-        heads_word = "head" if snapped == 1 else "heads"
-        caption.value = (f"d = {d} split into h = {snapped} {heads_word} of d_head = "
-                         f"{d // snapped}; weights [h, T, T] = {list(weights.shape)}")
+        caption.value = (f"d = {d} split into h = {n} {'head' if n == 1 else 'heads'} of "
+                         f"d_head = {d // n}; weights [h, T, T] = {list(weights.shape)}")
 
     show_lab([[heads, masked]], [picture, caption], update)
+
+
+# ---- chapter 4: which trained heads have a job you can name -------------------------------
+
+# A few words for each role of anatomy.interp.ROLES: "puts 0.55 on <the previous character>".
+ROLE_WORDS = {"previous": "the previous character", "self": "itself",
+              "first": "the window's first character", "word start": "the start of its word",
+              "last space": "the latest space", "line start": "the start of its line",
+              "last newline": "the latest newline", "same char": "earlier copies of itself",
+              "induction": "what followed earlier copies"}
+
+
+def describe_heads(scores, min_score: float = 0.4, min_ratio: float = 5.0) -> list[str]:
+    """Lines that sort a model's heads into those with a nameable job and the rest.
+
+    ``scores`` is an :class:`anatomy.interp.HeadScores`. A head is named by its best role
+    when that role holds at least ``min_score`` of its weight and at least ``min_ratio``
+    times what a uniform head would put there (``HeadScores.named``); each of the others is
+    listed with its two strongest roles, score and multiple of the uniform baseline, so the
+    reader sees why no single word fits. Every line fits the book's 78-character column.
+
+    Shapes: scores.scores[role] [L, h] -> one line per head, plus two headings
+    """
+    named = scores.named(min_score, min_ratio)
+    L, h = next(iter(scores.scores.values())).shape
+    lines = [f"{len(named)} of {L * h} heads named (one role holds >= {min_score:.2f} of the "
+             f"weight, >= {min_ratio:g}x uniform):"]
+    for layer, head, role, score, base in named:
+        lines.append(f"  layer {layer} head {head}: {score:.2f} on {ROLE_WORDS.get(role, role)}"
+                     f" (uniform: {base:.2f})")
+    done = {(layer, head) for layer, head, *_ in named}
+    lines.append(f"{L * h - len(named)} heads without a name: their two strongest roles, "
+                 "score (x uniform):")
+    for layer in range(L):
+        for head in range(h):
+            if (layer, head) in done:
+                continue
+            best = sorted(scores.scores, key=lambda r: -scores.scores[r][layer, head])[:2]
+            parts = [f"{r} {scores.scores[r][layer, head]:.2f} "
+                     f"({scores.scores[r][layer, head] / scores.uniform[r]:.1f}x)"
+                     for r in best]
+            lines.append(f"  layer {layer} head {head}: " + ", ".join(parts))
+    return lines
