@@ -1,5 +1,7 @@
-"""anatomy.norm_placement: the torch blocks against the NumPy ones (float64 within 1e-12), and
-the measured gradient profiles of pre- and post-norm stacks (chapter 6's figure)."""
+"""anatomy.norm_placement: the torch blocks against the NumPy ones (float64 within 1e-12), the
+measured gradient profiles of pre- and post-norm stacks (chapter 6's figure) in both
+initialisations, and the split of pre-norm's block-0/block-47 ratio into the gradient
+arriving at each block (which differs) and what the block makes of it (which does not)."""
 
 import numpy as np
 import pytest
@@ -9,10 +11,14 @@ from anatomy.blocks import block, layer_norm, mlp
 from anatomy.heads import multi_head_attention
 from anatomy.norm_placement import (
     GradProfile,
+    block_gains,
     grad_profile,
     postnorm_block,
     prenorm_block,
+    profile_table,
     random_stack,
+    ratio_split,
+    split_table,
 )
 
 
@@ -64,6 +70,8 @@ def test_profiles_have_one_number_per_block(profiles):
     prof = profiles[("pre", False, 0)]
     assert isinstance(prof, GradProfile)
     assert prof.params.shape == prof.stream.shape == (48,) and prof.size.shape == (49,)
+    assert prof.out.shape == prof.inv_std.shape == (48,)
+    np.testing.assert_array_equal(prof.out[:-1], prof.stream[1:])   # leaving l = entering l+1
     assert all(np.isfinite(v.params).all() and (v.params > 0).all() for v in profiles.values())
 
 
@@ -92,6 +100,80 @@ def test_skip_path_alone_pre_norm_is_clean_post_norm_shrinks_geometrically(profi
     assert 0.5 < factor < 0.8                                   # about the same loss per block
 
 
-def test_unknown_placement_is_named():
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pre_norm_ratio_is_the_arriving_gradient_not_the_local_factor(profiles, seed):
+    full, skip = profiles[("pre", False, seed)], profiles[("pre", True, seed)]
+    split = ratio_split(full, 0, 47)
+    assert split.params == pytest.approx(split.upstream * split.local, rel=1e-12)
+    gains = block_gains(full)
+    assert split.upstream == pytest.approx(np.prod(gains[1:]), rel=1e-10)
+    assert split.params > 4 and split.upstream > 4      # the gradient arriving differs
+    assert 0.7 < split.local < 1.5                      # what a block makes of it does not
+    # The skip path alone delivers the gradient at the top of the stack to every block...
+    np.testing.assert_allclose(skip.stream, full.out[-1], rtol=1e-10)
+    # ...the sublayers add to it on the way down, most where the stream is short.
+    assert gains[1] > 1.2 and gains[-1] < 1.05
+    assert np.prod(gains[1:9]) > 1.5 * np.prod(gains[-8:])   # the bottom 8 gain the most
+    assert full.inv_std[0] > 5 * full.inv_std[-1]
+    np.testing.assert_allclose(full.inv_std * full.size[:-1], np.sqrt(32), rtol=0.1)
+
+
+def test_split_table_has_a_line_per_block_that_fits_the_column(profiles):
+    lines = split_table(profiles[("pre", False, 0)])
+    assert len(lines) == 9 and all(len(line) <= 78 for line in lines)
+    assert lines[0].split() == ["block", "|x|", "in", "1/std", "gain", "|g", "out|", "local",
+                                "|grad", "W|"]
+    assert lines[-1].split()[0] == "47"
+
+
+def test_profile_table_prints_both_placements_at_three_blocks(profiles):
+    full = {pl: profiles[(pl, False, 0)] for pl in ("pre", "post")}
+    skip = {pl: profiles[(pl, True, 0)] for pl in ("pre", "post")}
+    lines = profile_table(full, skip, "fan-in regime")
+    assert len(lines) == 7 and all(len(line) <= 78 for line in lines)
+    assert lines[0].split() == ["fan-in", "regime", "block", "0", "block", "24", "block",
+                                "47", "0", "/", "47"]
+    pre_full = lines[1].split()
+    assert pre_full[:4] == ["pre-norm", "full:", "|grad", "W|"]
+    assert float(pre_full[-1]) == pytest.approx(full["pre"].params[0] / full["pre"].params[47],
+                                                rel=0.05)
+    assert lines[4].startswith("post-norm skip only") and lines[6].startswith("post-norm")
+
+
+@pytest.fixture(scope="module")
+def gpt2_profiles():
+    return {(placement, skip): grad_profile(placement, init="gpt2", skip_only=skip)
+            for placement in ("pre", "post") for skip in (False, True)}
+
+
+def test_at_gpt2_initialisation_neither_effect_has_started(gpt2_profiles):
+    pre, post_skip = gpt2_profiles[("pre", False)], gpt2_profiles[("post", True)].stream
+    assert pre.size[-1] / pre.size[0] < 1.05            # writes are tiny: the stream stays
+    assert 0.9 < pre.params[0] / pre.params[-1] < 1.1   # every block gets the same gradient
+    assert 0.9 < post_skip[1] / post_skip[-1] < 1.1     # post-norm's skip path does not shrink
+    assert pre.size[0] < 0.5                            # the input is the 0.02-scale embedding
+
+
+def test_gpt2_regime_is_the_library_initialisation():
+    # init_params' first block, cast to torch, is the one the profile differentiates.
+    from anatomy.norm_placement import _gpt2_setup
+    from anatomy.params import GPTConfig, block_params, init_params
+
+    blocks, x, head, targets = _gpt2_setup(3, 16, 4, 5, 2, 11, 7)
+    params = init_params(GPTConfig(V=11, ctx=5, d=16, L=3, h=4), np.random.default_rng(7))
+    np.testing.assert_array_equal(blocks[2]["W_o"].numpy(), block_params(params, 2)["W_o"])
+    assert float(blocks[0]["W_2"].std()) < 0.02 / np.sqrt(6) * 1.2    # 0.02 / sqrt(2L)
+    np.testing.assert_array_equal(head.numpy(), params["tok_emb"].T)
+    assert x.shape == (2, 5, 16) and targets.shape == (2, 5)
+
+
+def test_unknown_placement_init_and_block_are_named():
     with pytest.raises(ValueError, match=r"placement: expected one of .*, got 'mid'"):
         grad_profile("mid")
+    with pytest.raises(ValueError, match=r"init: expected one of .*, got 'xavier'"):
+        grad_profile("pre", init="xavier")
+    prof = GradProfile(params=np.ones(4), stream=np.ones(4), size=np.ones(5), out=np.ones(4),
+                       inv_std=np.ones(4))
+    with pytest.raises(ValueError, match=r"hi: expected a block index in \[-L, L\) = "
+                                         r"\[-4, 4\), got 4"):
+        ratio_split(prof, 0, 4)

@@ -1,5 +1,6 @@
-"""anatomy.viz.residual: chapter 6's figures draw what they claim (GELU's dip, the residual
-decomposition's bars, the gradient profiles), and the GELU minimum is right."""
+"""anatomy.viz.residual: chapter 6's figures draw what they claim (the block diagram, GELU's
+dip, the residual decomposition's bars, the gradient profiles), and the GELU minimum is
+right."""
 
 import matplotlib
 
@@ -13,7 +14,9 @@ from anatomy.blocks import residual_pieces  # noqa: E402
 from anatomy.norm_placement import GradProfile  # noqa: E402
 from anatomy.params import GPTConfig, block_params, init_params  # noqa: E402
 from anatomy.viz.residual import (  # noqa: E402
+    BLOCK_BOXES,
     contributions,
+    draw_block_diagram,
     draw_gelu,
     draw_grad_profiles,
     draw_residual,
@@ -27,6 +30,27 @@ def _pieces(L: int = 3):
     blocks = [{k: v * 10 if k.startswith("W_") else v for k, v in block_params(params, i).items()}
               for i in range(L)]
     return residual_pieces(np.random.default_rng(1).standard_normal((5, 16)), blocks, 4)
+
+
+def test_block_diagram_reads_through_layernorms_and_writes_by_two_additions():
+    from matplotlib.patches import Circle, FancyBboxPatch
+
+    fig = draw_block_diagram()
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.texts]
+    for label, *_ in BLOCK_BOXES:
+        assert label in texts
+    assert [label for label, *_ in BLOCK_BOXES] == ["LN1", "Attention", "LN2", "MLP"]
+    assert texts.count("+") == 2                                   # two writes, by addition
+    assert sum(isinstance(p, Circle) for p in ax.patches) == 2
+    assert sum(isinstance(p, FancyBboxPatch) for p in ax.patches) == 4
+    stream = ax.lines[0]                                           # the residual stream
+    assert stream.get_linewidth() == 3 and len(set(stream.get_ydata())) == 1
+    # LN1 reads the stream before the first addition, LN2 after it (pre-norm, sequential)
+    ln1_x, ln2_x = (x for x, _ in (ax.lines[i].get_xydata()[0] for i in (1, 2)))
+    (add_1, _), (add_2, _) = (c.center for c in ax.patches if isinstance(c, Circle))
+    assert ln1_x < add_1 < ln2_x < add_2
+    plt.close(fig)
 
 
 def test_gelu_dips_to_minus_0_170_near_minus_0_75():

@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import check_keys, check_projection, check_shape
-from .heads import cached_multi_head_attention, linear
+from ._validate import check_keys, check_projection, check_shape, validated
+from .heads import cached_multi_head_attention, linear, multi_head_attention
 
 # The weights one block reads, by their shape-table names (see anatomy.params).
 BLOCK_WEIGHTS = ("ln1_g", "ln1_b", "W_qkv", "W_o", "ln2_g", "ln2_b", "W_1", "W_2")
@@ -28,6 +28,7 @@ BLOCK_BIASES = ("b_qkv", "b_o", "b_1", "b_2")
 _GELU_C = math.sqrt(2.0 / math.pi)
 
 
+@validated
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     """Normalise each token's d features to mean 0, variance 1, then scale by g and shift by b.
 
@@ -37,15 +38,12 @@ def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -
 
     Shapes: x [..., d], g [d], b [d] -> [..., d]
     """
-    x = np.asarray(x)
-    d = check_shape(x, "x", "[..., d]")["d"]
-    check_shape(g, "g", "[d]", d=d)
-    check_shape(b, "b", "[d]", d=d)
     mean = x.mean(axis=-1, keepdims=True)              # [..., d] -> [..., 1]
     var = x.var(axis=-1, keepdims=True)                # [..., d] -> [..., 1], biased (ddof=0)
     return (x - mean) / np.sqrt(var + eps) * g + b     # [..., d]
 
 
+@validated
 def gelu(x: np.ndarray) -> np.ndarray:
     """GELU, in the tanh approximation GPT-2 uses.
 
@@ -55,7 +53,6 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
     Shapes: x [...] -> [...]
     """
-    x = np.asarray(x)
     return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x * x * x)))
 
 
@@ -128,34 +125,48 @@ def block_writes(x: np.ndarray, p: Mapping[str, np.ndarray], h: int, causal: boo
     return BlockWrites(attn=attn, mlp=out, weights=weights, kv=kv)
 
 
+def _block_keys(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`block`: the weights under their shape-table names."""
+    check_keys(args["p"], "p", BLOCK_WEIGHTS, BLOCK_BIASES)
+
+
+@validated(where=_block_keys)
 def block(x: np.ndarray, p: Mapping[str, np.ndarray], h: int, causal: bool = True,
           mask: np.ndarray | None = None,
           act: Callable[[np.ndarray], np.ndarray] = gelu) -> np.ndarray:
     """One pre-norm transformer block: x + Attn(LN1(x)), then + MLP(LN2(x)).
 
-    With every weight zero both sublayers write zero and the block returns its
-    input unchanged: each block learns a change to the stream, not a replacement.
-    See :func:`block_writes` for ``p``.
+    Each sublayer reads the stream through its own LayerNorm and adds what it computes back
+    onto it, so with every weight zero the block returns its input unchanged: a block learns
+    a change to the stream, not a replacement. The MLP reads the stream *after* attention's
+    write. ``p`` holds the weights as in :func:`block_writes`; ``block(x, p, h)`` is exactly
+    ``x + writes.attn + writes.mlp``.
 
     Shapes: x [..., T, d] -> [..., T, d]
     """
-    writes = block_writes(x, p, h, causal=causal, mask=mask, act=act)
-    # Same order of additions as inside block_writes, so the result is bitwise the same.
-    return np.asarray(x) + writes.attn + writes.mlp
+    attn, _ = multi_head_attention(
+        layer_norm(x, p["ln1_g"], p["ln1_b"]), p["W_qkv"], p["W_o"], h,
+        b_qkv=p.get("b_qkv"), b_o=p.get("b_o"), causal=causal, mask=mask)   # [..., T, d]
+    x = x + attn                                      # attention's write
+    ffn = mlp(layer_norm(x, p["ln2_g"], p["ln2_b"]), p["W_1"], p.get("b_1"), p["W_2"],
+              p.get("b_2"), act=act)                  # [..., T, d]
+    return x + ffn                                    # the MLP's write
 
 
+@validated
 def block_stack(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: int,
                 causal: bool = True, act: Callable[[np.ndarray], np.ndarray] = gelu
                 ) -> np.ndarray:
     """Run pre-norm blocks one after another; each block's output is the next one's input.
 
-    No final LayerNorm: this is the residual stream as the last block leaves it.
+    A block already returns the whole new stream (its input plus its writes), so the stack
+    just passes it on. No final LayerNorm: this is the stream as the last block leaves it.
 
     Shapes: x [..., T, d], blocks: L dicts of block weights -> [..., T, d]
     """
     for p in blocks:
         x = block(x, p, h, causal=causal, act=act)     # [..., T, d] -> [..., T, d]
-    return np.asarray(x)
+    return x
 
 
 def residual_pieces(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h: int,

@@ -10,6 +10,13 @@ passed down unchanged. In post-norm every step down the skip path goes through a
 Jacobian, 2L of them in series for L blocks. :func:`grad_profile` measures both, per block,
 in float64 on the CPU, with backpropagation (PyTorch), which is why this module needs torch.
 
+Two initialisations (``INITS``): "fan_in" draws every matrix with std 1/sqrt(fan-in), so each
+sublayer writes about as much as it reads and the effects of the placement show at once;
+"gpt2" is the whole model as :func:`anatomy.params.init_params` draws it (std 0.02, the two
+writing projections 0.02 / sqrt(2L), the embeddings included), whose writes are tiny.
+:func:`ratio_split` and :func:`block_gains` take a profile apart: a block's weight gradient
+is the gradient arriving at its output times a local factor.
+
 The blocks are the book's (causal attention with a fused QKV projection, a GELU MLP) and take
 their weights under the shape-table names, as torch tensors.
 """
@@ -24,7 +31,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .params import GPTConfig, block_params, init_params
+
 PLACEMENTS = ("pre", "post")
+INITS = ("fan_in", "gpt2")
 LN_EPS = 1e-5
 
 
@@ -35,13 +45,30 @@ class GradProfile(NamedTuple):
     ``stream[l]``: norm of the gradient with respect to the residual stream entering block l.
     ``size[l]``: mean length of a token's stream vector entering block l (forward pass);
     ``size[L]`` is after the last block, before any final LayerNorm.
+    ``out[l]``: norm of the gradient with respect to the stream *leaving* block l (what
+    block l's weights receive from above; ``out[l] == stream[l + 1]`` below the top).
+    ``inv_std[l]``: mean over tokens of 1 / sqrt(var + eps) of the stream entering block l,
+    the factor a LayerNorm reading it divides by.
 
-    Shapes: params [L], stream [L], size [L + 1]
+    Shapes: params [L], stream [L], size [L + 1], out [L], inv_std [L]
     """
 
     params: np.ndarray
     stream: np.ndarray
     size: np.ndarray
+    out: np.ndarray | None = None
+    inv_std: np.ndarray | None = None
+
+
+class RatioSplit(NamedTuple):
+    """One block's weight gradient over another's, split in two: ``params == upstream *
+    local``. ``upstream`` compares the gradients arriving at the two blocks' outputs,
+    ``local`` what each block makes of the gradient it receives (weight gradient / arriving
+    gradient)."""
+
+    params: float
+    upstream: float
+    local: float
 
 
 def _ln(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -120,37 +147,69 @@ def random_stack(L: int, d: int, d_ff: int, generator: torch.Generator
 
 
 def grad_profile(placement: str, L: int = 48, d: int = 32, h: int = 4, T: int = 8, B: int = 2,
-                 V: int = 64, seed: int = 0, skip_only: bool = False) -> GradProfile:
+                 V: int = 64, seed: int = 0, skip_only: bool = False,
+                 init: str = "fan_in") -> GradProfile:
     """Backpropagate one language-model loss through L random blocks; measure every block.
 
-    The input is a random unit-scale stream [B, T, d]; the loss is the cross-entropy of random
-    targets under a random head [d, V]. Pre-norm ends with a final LayerNorm before the head,
-    as GPT-2 does; post-norm's last sublayer already ends in one. ``skip_only`` lets the
-    gradient travel only along the skip path (see :func:`prenorm_block`). Everything is
-    drawn from ``torch.Generator().manual_seed(seed)``, in float64 on the CPU, on one thread.
+    ``init="fan_in"``: the input is a random unit-scale stream [B, T, d], the blocks come
+    from :func:`random_stack` and the loss is the cross-entropy of random targets under a
+    random head [d, V], all drawn from ``torch.Generator().manual_seed(seed)``.
+    ``init="gpt2"``: the model is ``init_params`` of a GPT with these sizes (ctx = T), drawn
+    from ``np.random.default_rng(seed)``, then random ids and targets from the same
+    generator; the input is their token + position embeddings and the head is the tied
+    token table. Pre-norm ends with a final LayerNorm before the head, as GPT-2 does;
+    post-norm's last sublayer already ends in one. ``skip_only`` lets the gradient travel
+    only along the skip path (see :func:`prenorm_block`). Float64 on the CPU, one thread.
 
-    Shapes: -> params [L], stream [L], size [L + 1]
+    Shapes: -> params [L], stream [L], size [L + 1], out [L], inv_std [L]
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
+    if init not in INITS:
+        raise ValueError(f"init: expected one of {INITS}, got {init!r}")
     threads = torch.get_num_threads()
     # Tiny tensors: extra threads only add overhead (a lot of it on a busy machine), and one
     # thread fixes the order of every sum. Restored on the way out.
     torch.set_num_threads(1)
     try:
-        return _measure(placement, L, d, h, T, B, V, seed, skip_only)
+        setup = _fan_in_setup if init == "fan_in" else _gpt2_setup
+        return _measure(placement, h, skip_only, *setup(L, d, h, T, B, V, seed))
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(placement: str, L: int, d: int, h: int, T: int, B: int, V: int, seed: int,
-             skip_only: bool) -> GradProfile:
-    """The body of :func:`grad_profile`. Shapes: -> params [L], stream [L], size [L + 1]"""
+def _fan_in_setup(L: int, d: int, h: int, T: int, B: int, V: int, seed: int):
+    """Blocks, input [B, T], head [d, V] and targets [B, T] of the "fan_in" regime."""
     gen = torch.Generator().manual_seed(seed)
     blocks = random_stack(L, d, 4 * d, gen)
     x = torch.randn(B, T, d, generator=gen, dtype=torch.float64)
     head = torch.randn(d, V, generator=gen, dtype=torch.float64) / math.sqrt(d)
     targets = torch.randint(V, (B, T), generator=gen)
+    return blocks, x, head, targets
+
+
+def _gpt2_setup(L: int, d: int, h: int, T: int, B: int, V: int, seed: int):
+    """The same four things for a GPT initialised by ``init_params`` (GPT-2's scheme)."""
+    rng = np.random.default_rng(seed)
+    params = init_params(GPTConfig(V=V, ctx=T, d=d, L=L, h=h), rng)
+    blocks = [{k: torch.from_numpy(v) for k, v in block_params(params, i).items()}
+              for i in range(L)]
+    ids = rng.integers(V, size=(B, T))
+    targets = torch.from_numpy(rng.integers(V, size=(B, T)))
+    x = torch.from_numpy(params["tok_emb"][ids] + params["pos_emb"][:T])   # [B, T, d]
+    head = torch.from_numpy(params["tok_emb"].T.copy())        # tied: [V, d] -> [d, V]
+    return blocks, x, head, targets
+
+
+def _measure(placement: str, h: int, skip_only: bool, blocks: list, x: torch.Tensor,
+             head: torch.Tensor, targets: torch.Tensor) -> GradProfile:
+    """The body of :func:`grad_profile`.
+
+    Shapes: x [B, T, d], head [d, V], targets [B, T] -> params [L], stream [L], size [L + 1],
+            out [L], inv_std [L]
+    """
+    B, T, d = x.shape
+    V, L = head.shape[1], len(blocks)
     for p in blocks:
         for w in p.values():
             w.requires_grad_(True)
@@ -160,16 +219,85 @@ def _measure(placement: str, L: int, d: int, h: int, T: int, B: int, V: int, see
     for p in blocks:
         inputs.append(x)
         x = step(x, p, h, skip_only=skip_only)             # [B, T, d] -> [B, T, d]
+    top = x
     size = [float(v.detach().norm(dim=-1).mean()) for v in (*inputs, x)]   # [L + 1]
+    inv_std = [float((v.detach().var(dim=-1, unbiased=False) + LN_EPS).rsqrt().mean())
+               for v in inputs]                            # [L]
     if placement == "pre":
         x = F.layer_norm(x, (d,), eps=LN_EPS)              # the final LayerNorm
     logits = x @ head                                      # [B, T, d] @ [d, V] -> [B, T, V]
     loss = F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T))
     weights = [w for p in blocks for w in p.values()]
-    grads = torch.autograd.grad(loss, inputs + weights)
-    stream, per_weight = grads[:L], grads[L:]
+    grads = torch.autograd.grad(loss, [*inputs, top, *weights])
+    stream = [float(g.norm()) for g in grads[:L + 1]]      # entering blocks 0..L-1, then top
+    per_weight = grads[L + 1:]
     n = len(blocks[0])
     params = [math.sqrt(sum(float(g.pow(2).sum()) for g in per_weight[i * n:(i + 1) * n]))
               for i in range(L)]
-    return GradProfile(params=np.array(params), stream=np.array([float(g.norm()) for g in stream]),
-                       size=np.array(size))
+    return GradProfile(params=np.array(params), stream=np.array(stream[:L]),
+                       size=np.array(size), out=np.array(stream[1:]),
+                       inv_std=np.array(inv_std))
+
+
+def block_gains(profile: GradProfile) -> np.ndarray:
+    """How much the gradient grows as it crosses block l on its way down: |gradient entering
+    block l| / |gradient leaving it|. Exactly 1 for an identity (the skip path alone, or a
+    block that writes nothing); above 1 where the sublayers send extra gradient down.
+
+    Shapes: profile with L blocks -> [L]
+    """
+    return profile.stream / profile.out
+
+
+def ratio_split(profile: GradProfile, lo: int = 0, hi: int = -1) -> RatioSplit:
+    """Block ``lo``'s weight gradient over block ``hi``'s, as upstream * local.
+
+    ``upstream = out[lo] / out[hi]`` is also the product of :func:`block_gains` of the blocks
+    from lo + 1 to hi: whatever the gradient gains on its way down from hi to lo.
+
+    Shapes: profile with L blocks, lo and hi in [-L, L) -> three numbers
+    """
+    L = len(profile.params)
+    for name, i in (("lo", lo), ("hi", hi)):
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -L <= i < L:
+            raise ValueError(f"{name}: expected a block index in [-L, L) = [{-L}, {L}), got "
+                             f"{i!r}")
+    local = profile.params / profile.out                   # [L]
+    return RatioSplit(params=float(profile.params[lo] / profile.params[hi]),
+                      upstream=float(profile.out[lo] / profile.out[hi]),
+                      local=float(local[lo] / local[hi]))
+
+
+def profile_table(full: Mapping[str, GradProfile], skip: Mapping[str, GradProfile],
+                  title: str, blocks: tuple[int, int, int] = (0, 24, 47)) -> list[str]:
+    """Pre- against post-norm at three blocks, one line per placement and measurement (at
+    most 72 columns): the full weight gradient, the stream's gradient along the skip path
+    alone, and the stream's mean length; the last column is first block / last block.
+    ``full`` and ``skip`` map "pre" and "post" to profiles (``skip_only`` False and True)."""
+    first, mid, last = blocks
+    lines = [f"{title:<36}" + "".join(f"{'block ' + str(i):>9}" for i in blocks)
+             + f"{f'{first} / {last}':>9}"]
+    rows = (("full: |grad W|", full, "params"), ("skip only: |grad x|", skip, "stream"),
+            ("forward: mean |x| in", full, "size"))
+    for label, profiles, field in rows:
+        for placement in PLACEMENTS:
+            v = getattr(profiles[placement], field)            # [L] (size: [L + 1])
+            cols = "".join(f"{v[i]:>9.2g}" for i in blocks)
+            lines.append(f"{placement + '-norm':<10}{label:<26}{cols}"
+                         f"{v[first] / v[last]:>9.2g}")
+    return lines
+
+
+def split_table(profile: GradProfile, blocks: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 24, 47)
+                ) -> list[str]:
+    """The split of each listed block's weight gradient, one line per block (64 columns):
+    the stream's length entering the block, the 1/std its LayerNorm divides by, the block's
+    gain, the gradient arriving at its output, the local factor, the weight gradient."""
+    gains = block_gains(profile)
+    lines = [f"{'block':>5}{'|x| in':>9}{'1/std':>8}{'gain':>8}{'|g out|':>9}"
+             f"{'local':>8}{'|grad W|':>10}"]
+    for i in blocks:
+        lines.append(f"{i:>5}{profile.size[i]:>9.1f}{profile.inv_std[i]:>8.3f}"
+                     f"{gains[i]:>8.3f}{profile.out[i]:>9.4f}"
+                     f"{profile.params[i] / profile.out[i]:>8.1f}{profile.params[i]:>10.3f}")
+    return lines

@@ -1,5 +1,6 @@
-"""Chapter 6's figures: GELU against ReLU, the residual stream's pieces, and the gradient
-profiles of pre-norm and post-norm stacks; plus the lab that explores the residual stream."""
+"""Chapter 6's figures: the pre-norm block as a diagram, GELU against ReLU, the residual
+stream's pieces, and the gradient profiles of pre-norm and post-norm stacks; plus the lab
+that explores the residual stream."""
 
 from __future__ import annotations
 
@@ -7,11 +8,77 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Circle, FancyBboxPatch
 
 from ..blocks import gelu, relu, residual_pieces
 from .common import figure_png, show_lab
 
 SHOW = ("all", "attn", "mlp")
+
+# The boxes of the block diagram: (label, x of the centre, y of the centre, colour).
+BLOCK_BOXES = (("LN1", 2.6, 1.55, "#dddddd"), ("Attention", 4.3, 1.55, "tab:orange"),
+               ("LN2", 7.1, 1.55, "#dddddd"), ("MLP", 8.6, 1.55, "tab:green"))
+_ADDS = (5.7, 10.0)          # x of the two additions on the stream
+
+
+def _arrow(ax, start, end, color="black", width=1.4):
+    ax.annotate("", xy=end, xytext=start,
+                arrowprops={"arrowstyle": "-|>", "color": color, "lw": width,
+                            "shrinkA": 0, "shrinkB": 0})
+
+
+def draw_block_diagram():
+    """One pre-norm block drawn on its residual stream: the stream runs left to right; each
+    sublayer reads a copy of it through its LayerNorm and adds its output back at a "+".
+    The skip path (the straight line) passes every block unchanged. Returns the figure.
+
+    Shapes: the stream [T, d] in and out; each write [T, d]
+    """
+    fig, ax = plt.subplots(figsize=(8.6, 2.9))
+    y0 = 0.0                                               # the stream's height
+    ax.plot([0.2, 11.6], [y0, y0], color="tab:blue", lw=3, zorder=1)
+    _arrow(ax, (11.0, y0), (11.7, y0), color="tab:blue", width=3)
+    ax.text(0.2, y0 - 0.45, "stream x [T, d]\n(from the embedding\nor the block below)",
+            fontsize=8, va="top")
+    ax.text(11.7, y0 - 0.45, "x [T, d]\nto the next block\n(after the last: the\n"
+            "final LN and head)", fontsize=8, va="top", ha="right")
+    for (label, cx, cy, color), read_at in zip((BLOCK_BOXES[0], BLOCK_BOXES[2]), (1.3, 6.3),
+                                               strict=True):
+        width = 0.9
+        ax.add_patch(FancyBboxPatch((cx - width / 2, cy - 0.3), width, 0.6,
+                                    boxstyle="round,pad=0.05", fc=color, ec="black"))
+        ax.text(cx, cy, label, ha="center", va="center", fontsize=9)
+        ax.plot([read_at, read_at], [y0, cy], color="black", lw=1.2)   # the read: a copy
+        _arrow(ax, (read_at, cy), (cx - width / 2 - 0.05, cy))
+    for (label, cx, cy, color), add_at in zip((BLOCK_BOXES[1], BLOCK_BOXES[3]), _ADDS,
+                                               strict=True):
+        width = 1.5 if label == "Attention" else 1.1
+        ax.add_patch(FancyBboxPatch((cx - width / 2, cy - 0.3), width, 0.6,
+                                    boxstyle="round,pad=0.05", fc=color, ec="black",
+                                    alpha=0.85))
+        ax.text(cx, cy, label, ha="center", va="center", fontsize=9, color="white",
+                fontweight="bold")
+        ax.plot([cx + width / 2 + 0.05, add_at], [cy, cy], color="black", lw=1.2)
+        _arrow(ax, (add_at, cy), (add_at, y0 + 0.2))        # the write: an addition
+        ax.add_patch(Circle((add_at, y0), 0.2, fc="white", ec="black", zorder=3))
+        ax.text(add_at, y0, "+", ha="center", va="center", fontsize=12, zorder=4)
+    for (_, cx, _, _), other in zip((BLOCK_BOXES[0], BLOCK_BOXES[2]),
+                                    (BLOCK_BOXES[1], BLOCK_BOXES[3]), strict=True):
+        left = cx + 0.5
+        right = other[1] - (0.8 if other[0] == "Attention" else 0.6)
+        _arrow(ax, (left, other[2]), (right, other[2]))
+    ax.text(3.5, 2.25, "reads LN1(x), writes a [T, d] change", ha="center", fontsize=8)
+    ax.text(7.9, 2.25, "reads LN2(x), after attention's write", ha="center", fontsize=8)
+    ax.text(5.85, -0.35, "x + Attn(LN1(x))", ha="left", fontsize=8, color="tab:blue")
+    ax.text(3.5, 0.12, "skip path: x passes on unchanged", ha="center", fontsize=8,
+            color="tab:blue")
+    ax.set_xlim(0, 11.9)
+    ax.set_ylim(-1.5, 2.5)
+    ax.axis("off")
+    ax.set_title("one pre-norm block: read through a LayerNorm, write by addition "
+                 "(x L blocks)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def gelu_minimum(lo: float = -3.0, hi: float = 0.0, n: int = 300_001) -> tuple[float, float]:
