@@ -20,6 +20,7 @@ from anatomy.gpt_numpy import (
     loss,
     next_token_distribution,
     next_token_loss,
+    sample,
     step_macs,
 )
 from anatomy.gpt_torch import from_numpy
@@ -310,8 +311,13 @@ def test_next_token_loss_scores_row_t_against_token_t_plus_1():
     assert value == pytest.approx(np.mean(picked), abs=1e-12)
     with np.errstate(over="raise", invalid="raise", divide="raise"):
         assert np.isfinite(next_token_loss(logits * 1e4, ids))
-    with pytest.raises(ValueError, match=r"ids: expected shape \[\.\.\., T\] = \(3, 6\)"):
+    with pytest.raises(ValueError, match=r"ids: expected shape \[\.\.\., T\] = \(\.\.\., 6\), "
+                                         r"got \(3, 5\)"):
         next_token_loss(logits, ids[:, 1:])
+    # Leading axes that would broadcast are still wrong: one id row per row of logits.
+    with pytest.raises(ValueError, match=r"ids: expected shape \[\.\.\., T\] = \(3, 6\) "
+                                         r"\(logits \[\.\.\., T, V\] without V\), got \(1, 6\)"):
+        next_token_loss(logits, ids[:1])
     with pytest.raises(ValueError, match=r"T >= 2"):
         next_token_loss(logits[:, :1], ids[:, :1])
 
@@ -360,7 +366,26 @@ def test_step_macs_counts_by_hand():
     assert kv == {"projections": 2 * 4 * 16 * 16, "attention": 2 * 2 * 3 * 16,
                   "mlp": 2 * 2 * 16 * 32, "head": 16 * 13, "total": 2048 + 192 + 2048 + 208}
     assert step_macs(c, 1, cached=False) == step_macs(c, 1, cached=True)
+    # A generation step needs the last row's logits only: the head runs once.
+    last = step_macs(c, 3, cached=False, all_logits=False)
+    assert last["head"] == 16 * 13 and last["total"] == full["total"] - 2 * 16 * 13
+    assert {k: v for k, v in last.items() if k not in ("head", "total")} == {
+        k: v for k, v in full.items() if k not in ("head", "total")}
+    # The ratio to a cached step is exactly T when the head runs on all T rows.
+    for T in (2, 5, 8):
+        assert step_macs(c, T, cached=False)["total"] == T * step_macs(c, T, cached=True)["total"]
     # GPT-2 small, one token: 12 (4 d^2 + 2 d d_ff) + 2 L d + d V multiply-adds (the chapter).
     assert step_macs(GPT2_SMALL, 1, cached=True)["total"] == 123_550_464
     with pytest.raises(ValueError, match=r"T: T=9 exceeds ctx=8"):
         step_macs(c, 9, cached=True)
+
+
+def test_sample_draws_by_the_cumulative_total_and_names_a_missing_generator():
+    probs = np.array([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]])
+    draws = np.stack([sample(probs, np.random.default_rng(s)) for s in range(200)])
+    assert (draws[:, 0] == 1).all()                         # probability 1
+    assert set(draws[:, 1].tolist()) == {0, 2}              # never the token of p = 0
+    with pytest.raises(ValueError, match=r"rng: expected a np.random.Generator, got 0"):
+        sample(probs, 0)
+    with pytest.raises(ValueError, match=r"probs: expected shape \[\.\.\., V\], got \(\)"):
+        sample(np.float64(1.0), np.random.default_rng(0))

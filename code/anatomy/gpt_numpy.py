@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ._validate import check_ids, check_keys, check_positive_int, check_shape
+from ._validate import check_ids, check_keys, check_positive_int, check_shape, validated
 from .attention import softmax
 from .blocks import block_writes, gelu, layer_norm
 from .params import GPTConfig, block_params, check_params, param_specs
@@ -22,6 +22,14 @@ from .positions import learned_positions
 KVCache = tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
+def _model_inputs(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`forward`: ids in [0, V) with T <= ctx, and weights
+    under every name of the shape table with the shapes ``cfg`` gives them."""
+    check_ids(args["ids"], args["cfg"].V, args["cfg"].ctx)
+    check_params(args["params"], args["cfg"])
+
+
+@validated(where=_model_inputs)
 def forward(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, *,
             act: Callable[[np.ndarray], np.ndarray] = gelu, return_trace: bool = False
             ) -> np.ndarray | tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -38,8 +46,6 @@ def forward(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, *
     Shapes: ids [T] or [B, T] (integers in [0, V), 1 <= T <= ctx)
             -> logits [T, V] or [B, T, V]
     """
-    ids = check_ids(ids, cfg.V, cfg.ctx)
-    check_params(params, cfg)
     x = embed(params["tok_emb"], params["pos_emb"], ids)    # [..., T] -> [..., T, d]
     trace = {"embed": x}
     for i in range(cfg.L):
@@ -96,6 +102,12 @@ def _head(params: Mapping[str, np.ndarray], cfg: GPTConfig) -> np.ndarray:
     return params["tok_emb"] if cfg.tied else params["head"]
 
 
+def _token_ids(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`embed`: integer ids in [0, V)."""
+    check_ids(args["ids"], sizes["V"])
+
+
+@validated(where=_token_ids)
 def embed(tok_emb: np.ndarray, pos_emb: np.ndarray, ids: np.ndarray, start: int = 0
           ) -> np.ndarray:
     """The residual stream's starting point: each token's row plus its position's row.
@@ -106,10 +118,7 @@ def embed(tok_emb: np.ndarray, pos_emb: np.ndarray, ids: np.ndarray, start: int 
 
     Shapes: tok_emb [V, d], pos_emb [ctx, d], ids [T] or [B, T] -> [T, d] or [B, T, d]
     """
-    dims = check_shape(tok_emb, "tok_emb", "[V, d]")
-    check_shape(pos_emb, "pos_emb", "[ctx, d]", d=dims["d"])
-    ids = check_ids(ids, dims["V"])
-    tok = np.asarray(tok_emb)[ids]                     # [..., T] -> [..., T, d]
+    tok = tok_emb[ids]                                 # [..., T] -> [..., T, d]
     pos = learned_positions(pos_emb, ids.shape[-1], start=start)   # [ctx, d] -> [T, d]
     return tok + pos                                   # [..., T, d] + [T, d] -> [..., T, d]
 
@@ -147,6 +156,17 @@ def lm_loss(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig) -
     return next_token_loss(forward(params, ids, cfg), ids)     # [..., T, V] vs [..., T]
 
 
+def _shifted_targets(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`next_token_loss`: ids shaped exactly like the logits
+    without V, and at least two tokens (one input, one target)."""
+    logits, ids = args["logits"], args["ids"]
+    if ids.shape != logits.shape[:-1]:
+        raise ValueError(f"ids: expected shape [..., T] = {logits.shape[:-1]} (logits "
+                         f"[..., T, V] without V), got {ids.shape}")
+    _check_two_tokens(ids)
+
+
+@validated(where=_shifted_targets)
 def next_token_loss(logits: np.ndarray, ids: np.ndarray) -> float:
     """The language-modelling loss of a sequence, given its logits: shift by one, then
     cross-entropy.
@@ -158,12 +178,6 @@ def next_token_loss(logits: np.ndarray, ids: np.ndarray) -> float:
 
     Shapes: logits [..., T, V], ids [..., T] (T >= 2) -> scalar
     """
-    logits, ids = np.asarray(logits), np.asarray(ids)
-    check_shape(logits, "logits", "[..., T, V]")
-    if ids.shape != logits.shape[:-1]:
-        raise ValueError(f"ids: expected shape [..., T] = {logits.shape[:-1]} (logits "
-                         f"[..., T, V] without V), got {ids.shape}")
-    _check_two_tokens(ids)
     return loss(logits[..., :-1, :], ids[..., 1:])             # [..., T-1, V] vs [..., T-1]
 
 
@@ -173,6 +187,23 @@ def _check_two_tokens(ids: np.ndarray) -> None:
                          f"ids[..., :-1], targets ids[..., 1:]), got {ids.shape}")
 
 
+def _sampling_args(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`generate`: ids in [0, V), n_new >= 1, a temperature
+    >= 0, top_k in [1, V] or None, and a generator whenever it samples."""
+    cfg, temperature, top_k = args["cfg"], args["temperature"], args["top_k"]
+    check_ids(args["ids"], cfg.V)
+    check_positive_int(args["n_new"], "n_new")
+    if not temperature >= 0:
+        raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= cfg.V):
+        raise ValueError(f"top_k: expected an integer in [1, V] = [1, {cfg.V}] or None, "
+                         f"got {top_k!r}")
+    if temperature > 0 and not isinstance(args["rng"], np.random.Generator):
+        raise ValueError("rng: sampling with temperature > 0 needs a np.random.Generator, "
+                         f"got {args['rng']!r}")
+
+
+@validated(where=_sampling_args)
 def generate(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, n_new: int,
              temperature: float = 0.0, top_k: int | None = None,
              rng: np.random.Generator | None = None) -> np.ndarray:
@@ -186,25 +217,16 @@ def generate(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, 
 
     Shapes: ids [T] or [B, T] -> [T + n_new] or [B, T + n_new]
     """
-    ids = check_ids(ids, cfg.V)
-    n_new = check_positive_int(n_new, "n_new")
-    if not temperature >= 0:
-        raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= cfg.V):
-        raise ValueError(f"top_k: expected an integer in [1, V] = [1, {cfg.V}] or None, "
-                         f"got {top_k!r}")
-    if temperature > 0 and not isinstance(rng, np.random.Generator):
-        raise ValueError("rng: sampling with temperature > 0 needs a np.random.Generator, "
-                         f"got {rng!r}")
     for _ in range(n_new):
-        window = ids[..., -cfg.ctx:]                           # [..., T] -> [..., <= ctx]
-        logits = forward(params, window, cfg)[..., -1, :]      # [..., T, V] -> [..., V]
+        window = ids[..., -cfg.ctx:]                # [..., T] -> [..., <= ctx]
+        logits = forward(params, window, cfg)       # [..., <= ctx, V]
+        last = logits[..., -1, :]                   # [..., V]
         if temperature == 0:
-            nxt = logits.argmax(axis=-1)                       # [..., V] -> [...]
+            nxt = last.argmax(axis=-1)              # [..., V] -> [...]
         else:
-            probs = next_token_distribution(logits, temperature, top_k)   # [..., V]
-            nxt = _sample(probs, rng)                          # [..., V] -> [...]
-        ids = np.concatenate([ids, nxt[..., None]], axis=-1)   # -> [..., T + 1]
+            probs = next_token_distribution(last, temperature, top_k)
+            nxt = sample(probs, rng)                # [..., V] -> [...]
+        ids = np.concatenate([ids, nxt[..., None]], axis=-1)  # [..., T + 1]
     return ids
 
 
@@ -236,7 +258,7 @@ def generate_cached(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTC
         if temperature == 0:
             nxt = last.argmax(axis=-1)                         # [..., V] -> [...]
         else:
-            nxt = _sample(next_token_distribution(last, temperature, top_k), rng)
+            nxt = sample(next_token_distribution(last, temperature, top_k), rng)
         ids = np.concatenate([ids, nxt[..., None]], axis=-1)   # -> [..., T + 1]
         if step + 1 < n_new:                                   # the last token needs no logits
             logits, cache = forward_cached(params, ids[..., -1:], cfg, cache)   # [..., 1, V]
@@ -269,7 +291,13 @@ def next_token_distribution(logits: np.ndarray, temperature: float = 1.0,
     return softmax(logits / temperature)                       # [..., V]
 
 
-def _sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _generator(args: dict, sizes: dict) -> None:
+    if not isinstance(args["rng"], np.random.Generator):
+        raise ValueError(f"rng: expected a np.random.Generator, got {args['rng']!r}")
+
+
+@validated(where=_generator)
+def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One draw per row: the first token whose running total passes a uniform number.
 
     Using "total > u" (not ">=") means a token of probability 0 is never picked, even when
@@ -283,12 +311,15 @@ def _sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.minimum(picked, probs.shape[-1] - 1)             # guard against rounding
 
 
-def step_macs(cfg: GPTConfig, T: int, cached: bool) -> dict[str, int]:
+def step_macs(cfg: GPTConfig, T: int, cached: bool, all_logits: bool = True
+              ) -> dict[str, int]:
     """Multiply-adds spent on the logits for the next token when the sequence holds T tokens.
 
     Without a cache, the whole window of T tokens is run again, as :func:`generate` does:
     every token's projections and MLP, the full T x T score table (this implementation
-    computes the masked half too) and the head for all T rows. With a cache, only the newest
+    computes the masked half too) and, by default, the head for all T rows, which is what
+    ``forward`` computes. Choosing the next token needs only the last row's logits:
+    ``all_logits=False`` charges the head for that one row. With a cache, only the newest
     token is projected; its query meets T keys, and only its row goes through the head.
     Counted per part (LayerNorms, softmax and additions are a rounding error next to these):
 
@@ -306,11 +337,12 @@ def step_macs(cfg: GPTConfig, T: int, cached: bool) -> dict[str, int]:
     d, L = cfg.d, cfg.L
     rows = 1 if cached else T               # tokens pushed through the per-token layers
     pairs = T if cached else T * T          # (query, key) pairs in the score table
+    head_rows = rows if all_logits else 1   # rows of logits computed
     counts = {
         "projections": L * rows * (3 * d * d + d * d),
         "attention": L * 2 * pairs * d,     # summed over heads: h * d_head = d
         "mlp": L * rows * 2 * d * cfg.d_ff,
-        "head": rows * d * cfg.V,
+        "head": head_rows * d * cfg.V,
     }
     counts["total"] = sum(counts.values())
     return counts
