@@ -5,6 +5,7 @@ No test downloads anything: the "download" tests fetch the local copy through a 
 
 import hashlib
 import urllib.error
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from _local_data import DATA
 
 from anatomy import data
+from anatomy import text as text_module
 from anatomy.data import CharTokenizer, get_batch, load_text, split
 
 
@@ -50,11 +52,55 @@ def test_wrong_file_is_an_error_naming_both_hashes(tmp_path, local_file):
     bad = tmp_path / "tinyshakespeare.txt"
     bad.write_bytes(local_file.read_bytes().replace(b"ROMEO", b"ROMEX", 1))
     actual = hashlib.sha256(bad.read_bytes()).hexdigest()
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(data.DataError) as err:      # a ValueError
         load_text(bad)
     message = str(err.value)
     assert str(bad) in message and data.SHA256 in message and actual in message
+    assert message.startswith(f"{bad} is not the expected Tiny Shakespeare file")
     assert bad.exists(), "a file the user pointed at is reported, never deleted"
+
+
+def test_a_text_of_your_own_is_read_unchecked_and_said_so_once(tmp_path):
+    own = tmp_path / "my_text.txt"
+    text = "Ali makan nasi lemak.\nSiti minum teh tarik.\n" * 30
+    own.write_text(text, encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_text(own) == text
+    assert [w.category for w in caught] == [data.UncheckedTextWarning]
+    n, v = len(text), len(set(text))               # 44 characters x 30 lines
+    assert n == 1_320 and 10 < v < 44
+    assert str(caught[0].message) == (f"training on {own} (1,320 characters, {v} distinct), "
+                                      f"not Tiny Shakespeare: checksum not checked")
+
+
+def test_tiny_shakespeare_under_another_name_needs_no_warning(tmp_path, local_file):
+    copy = tmp_path / "input.txt"                  # the name char-rnn gives it
+    copy.write_bytes(local_file.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_text(copy)) == 1_115_394
+
+
+def test_the_env_var_copy_is_always_checked(monkeypatch, tmp_path):
+    own = tmp_path / "my_text.txt"
+    own.write_text("not Shakespeare at all")
+    monkeypatch.setenv(data.ENV_VAR, str(own))
+    with pytest.raises(data.DataError, match="not the expected Tiny Shakespeare file"):
+        load_text(cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty: there is no text to train on"),
+    (b"a", "holds a single character: a language model needs at least two"),
+    (b"caf\xe9 au lait", r"is not UTF-8 text \(byte 0xe9 at offset 3\); save it as UTF-8"),
+])
+def test_an_unusable_text_of_your_own_is_a_clear_error(tmp_path, content, message):
+    own = tmp_path / "my_text.txt"
+    own.write_bytes(content)
+    with pytest.raises(data.DataError, match=message) as err:
+        load_text(own)
+    assert str(own) in str(err.value)
 
 
 def test_missing_path_is_an_error_that_says_how(tmp_path):
@@ -78,7 +124,7 @@ def test_download_lands_in_the_cache_atomically(no_env, tmp_path, local_file, mo
     def offline(*args, **kwargs):
         raise urllib.error.URLError("offline")
 
-    monkeypatch.setattr(data.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(text_module.urllib.request, "urlopen", offline)
     assert load_text(cache_dir=tmp_path) == text       # second call: the cache, no network
 
 
@@ -96,7 +142,7 @@ def test_offline_without_a_copy_says_how_to_provide_one(no_env, tmp_path, monkey
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network")
 
-    monkeypatch.setattr(data.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(text_module.urllib.request, "urlopen", offline)
     with pytest.raises(RuntimeError) as err:
         load_text(cache_dir=tmp_path)
     assert "ANATOMY_DATA" in str(err.value) and "path=" in str(err.value)

@@ -11,6 +11,7 @@ from anatomy import gpt_numpy
 from anatomy.data import CharTokenizer, get_batch, load_text
 from anatomy.gpt_torch import (
     GPT,
+    check_token_ids,
     configure_optimizer,
     explicit_attention,
     from_numpy,
@@ -150,6 +151,51 @@ def test_ids_are_checked_with_clear_errors():
         model(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="attn"):
         GPT(SMALL, attn="flash")
+
+
+def test_token_ids_are_checked_by_value_anywhere():
+    check_token_ids(torch.tensor([[0, 10], [3, 4]]), 11)
+    check_token_ids(torch.zeros(0, dtype=torch.long), 11)            # nothing to check
+    with pytest.raises(ValueError, match=r"data: expected integers in \[0, V\) = \[0, 11\), "
+                                         r"got max 11"):
+        check_token_ids(torch.tensor([0, 11]), 11, "data")
+    with pytest.raises(ValueError, match="got min -3"):
+        check_token_ids(torch.tensor([[-3], [12]]), 11)               # the low end first
+
+
+def test_trusting_id_values_drops_only_the_value_check_and_only_inside():
+    model = GPT(SMALL)
+    bad = torch.tensor([[1, 11]])
+    with model.trusting_id_values():
+        assert not model.check_id_values
+        with pytest.raises(ValueError, match="T=9 exceeds ctx=8"):     # shapes still checked
+            model(torch.zeros(1, 9, dtype=torch.long))
+        with pytest.raises(TypeError, match="dtype torch.float32"):    # and dtypes
+            model(torch.zeros(1, 4))
+    assert model.check_id_values
+    with pytest.raises(ValueError, match=r"\[0, 11\), got max 11"):   # back on afterwards
+        model(bad)
+    with pytest.raises(RuntimeError, match="mid-block"), model.trusting_id_values():
+        raise RuntimeError("mid-block")                                # even after an error
+    with pytest.raises(ValueError, match="got max 11"):
+        model(bad)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "explicit"])
+def test_a_trusted_forward_and_backward_read_no_values(attn):
+    # On the meta device a tensor has a shape and a dtype but no values: anything that reads
+    # one (the way .item(), bool() or .tolist() make a GPU sync) raises. So the trusted path,
+    # dropout and loss included, provably never reads a value back from the device, while
+    # the checked path does.
+    model = GPT(SMALL, dropout=0.1, attn=attn).to("meta")
+    ids = torch.zeros(2, SMALL.ctx, dtype=torch.long, device="meta")
+    with pytest.raises(RuntimeError, match="meta tensors"):
+        model(ids)
+    with model.trusting_id_values():
+        logits, loss = model(ids, ids)
+        loss.backward()
+    assert logits.shape == (2, SMALL.ctx, SMALL.V) and logits.is_meta and loss.shape == ()
+    assert model.tok_emb.grad.shape == (SMALL.V, SMALL.d)
 
 
 def test_gpt2_initialisation():

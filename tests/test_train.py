@@ -3,20 +3,25 @@
 import dataclasses
 import math
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from _local_data import DATA, ROOT
 
+from anatomy import gpt_torch
 from anatomy.checkpoint import load_checkpoint
+from anatomy.data import DataError, UncheckedTextWarning
 from anatomy.params import BABY_GPT, count_params
 from anatomy.train import (
     PRESETS,
     History,
     TrainConfig,
+    loop,
     lr_at,
     mfu,
     peak_flops,
@@ -24,8 +29,9 @@ from anatomy.train import (
     preset_for,
     train,
 )
-from anatomy.train.__main__ import parse_overrides
+from anatomy.train.__main__ import build_parser, parse_overrides
 from anatomy.train.hardware import choose_precision, pick_device
+from anatomy.train.schedule import ScheduleChangedWarning, restretch_note
 
 # A few seconds of training: the tiny preset, shortened further.
 QUICK = dataclasses.replace(PRESETS["tiny"], max_steps=12, eval_every=4, eval_iters=2)
@@ -79,8 +85,14 @@ def test_cli_set_is_typed_by_the_field():
                            "attn=explicit"])
     assert got == {"L": 4, "dropout": 0.1, "compile": False, "betas": (0.9, 0.95),
                    "attn": "explicit"}
-    with pytest.raises(SystemExit, match="FIELD=VALUE"):
+    with pytest.raises(ValueError, match="FIELD=VALUE"):
         parse_overrides(["layers=4"])
+    with pytest.raises(ValueError, match="'L=2.5': L takes an integer, got '2.5'"):
+        parse_overrides(["L=2.5"])
+    with pytest.raises(ValueError, match="betas takes numbers separated by commas"):
+        parse_overrides(["betas=0.9;0.95"])
+    with pytest.raises(ValueError, match="expected true, false or none"):
+        parse_overrides(["tied=yes"])
 
 
 def test_cli_resume_keeps_the_saved_config_and_checks_the_flags(tmp_path, capsys):
@@ -91,9 +103,23 @@ def test_cli_resume_keeps_the_saved_config_and_checks_the_flags(tmp_path, capsys
     assert main(["--resume", "--max-steps", "6", "--no-compile", *common]) == 0
     saved = load_checkpoint(tmp_path / "ckpt.pt")
     assert saved["step"] == 6 and saved["config"]["eval_every"] == 2
-    assert "float32" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="precision='auto' saved vs 'float16' given"):
+    out, err = capsys.readouterr()
+    assert "float32" in out
+    # The schedule's change is said in one line, not a warning with a source path.
+    note = restretch_note(4, dataclasses.replace(PRESETS["tiny"], max_steps=4),
+                          dataclasses.replace(PRESETS["tiny"], max_steps=6))
+    assert err.splitlines() == [f"python -m anatomy.train: warning: {note}"]
+    with pytest.raises(SystemExit) as exit_:
         main(["--resume", "--max-steps", "8", "--precision", "float16", *common])
+    assert exit_.value.code == 2
+    assert "precision='auto' saved vs 'float16' given" in capsys.readouterr().err
+
+
+def test_cli_help_says_a_new_max_steps_restretches_the_cosine():
+    helps = {a.dest: " ".join(a.help.split()) for a in build_parser()._actions if a.help}
+    assert "with --resume, a value other than the saved one re-stretches the cosine" in \
+        helps["max_steps"]
+    assert "a new --max-steps re-stretches the cosine" in helps["resume"]
 
 
 # ---- learning-rate schedule ----------------------------------------------------------------
@@ -112,6 +138,26 @@ def test_lr_schedule_warms_up_then_follows_a_cosine():
     assert lr_at(0, no_warmup) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="step must be >= 0"):
         lr_at(-1, cfg)
+
+
+def test_a_new_end_on_resume_is_explained_with_the_jump_in_lr():
+    saved = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
+    assert restretch_note(60, saved, saved) is None
+    longer = dataclasses.replace(saved, max_steps=210)
+    # A finished run extended: at step 110 the floor, 1e-4, becomes the middle of the new
+    # cosine, (110 - 10) / (210 - 10) = half way down: (1e-3 + 1e-4) / 2.
+    assert lr_at(110, saved) == pytest.approx(1e-4)
+    assert lr_at(110, longer) == pytest.approx(5.5e-4)
+    assert restretch_note(110, saved, longer) == (
+        "resume: max_steps=210 instead of the saved 110 re-stretches the cosine from step 110 "
+        "to the new end, step 210: the learning rate jumps from 1.00e-04 to 5.50e-04 at the "
+        "resume. To continue the saved schedule unchanged, resume with max_steps=110.")
+    shorter = dataclasses.replace(saved, max_steps=70)
+    assert lr_at(60, shorter) < lr_at(60, saved)                        # an earlier end: down
+    assert f"jumps from {lr_at(60, saved):.2e} to {lr_at(60, shorter):.2e}" in \
+        restretch_note(60, saved, shorter)
+    assert "at step 5 stays 6.00e-04 but then follows the new curve" in \
+        restretch_note(5, saved, longer)                               # still warming up
 
 
 # ---- hardware: peak FLOP/s, MFU, precision -------------------------------------------------
@@ -219,6 +265,74 @@ def test_time_to_a_loss_is_the_first_evaluation_at_or_below_it():
     assert h.time_to(1.0) is None
     old = {k: v for k, v in h.to_dict().items() if k != "time_s"}   # an older checkpoint
     assert History.from_dict(old).time_s == [0.0] * 4
+
+
+def _cut_at(step: int):
+    def log(row):
+        if row["step"] == step:
+            raise KeyboardInterrupt
+    return log
+
+
+def test_resuming_with_a_new_max_steps_warns_and_with_the_saved_one_does_not(tmp_path):
+    cfg = dataclasses.replace(QUICK, max_steps=8, eval_every=2, ckpt_every=2, eval_iters=1)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "a", progress=False, log=_cut_at(6), data_path=DATA,
+              device="cpu")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScheduleChangedWarning)
+        same = train(None, tmp_path / "a", max_steps=8, resume=True, progress=False,
+                     data_path=DATA, device="cpu")
+    assert same.step[-1] == 8
+    longer = dataclasses.replace(cfg, max_steps=16)
+    with pytest.warns(ScheduleChangedWarning) as caught:
+        more = train(None, tmp_path / "b", max_steps=16, resume=True, progress=False,
+                     data_path=DATA, device="cpu")
+    assert len(caught) == 1 and caught[0].filename == __file__     # points at the caller
+    assert str(caught[0].message) == restretch_note(6, cfg, longer)
+    assert f"jumps from {lr_at(6, cfg):.2e} to {lr_at(6, longer):.2e}" in str(caught[0].message)
+    assert lr_at(6, longer) > lr_at(6, cfg)
+    # ...and the run did what the warning says: from step 6 on it follows the longer cosine.
+    assert more.lr[more.step.index(8)] == lr_at(8, longer) != lr_at(8, cfg)
+
+
+def test_the_loop_checks_its_data_once_and_its_steps_read_no_ids(monkeypatch):
+    real = gpt_torch.check_token_ids
+    in_loop, in_forward = [], []
+
+    def spy(calls):
+        def check(ids, V, name="ids"):
+            calls.append((ids.numel(), V, name))
+            real(ids, V, name)
+        return check
+
+    monkeypatch.setattr(loop, "check_token_ids", spy(in_loop))
+    monkeypatch.setattr(gpt_torch, "check_token_ids", spy(in_forward))
+    cfg = dataclasses.replace(QUICK, max_steps=3, eval_every=3, eval_iters=1)
+    history = train(cfg, progress=False, data_path=DATA, device="cpu")
+    assert len(history.step_loss) == 3 and history.step == [0, 3]     # 3 steps, 2 evaluations
+    assert in_loop == [(1_115_394, 65, "data")]                        # the whole text, once
+    assert in_forward == []                                            # no forward checked ids
+    with pytest.raises(ValueError, match=r"\[0, 65\), got max 65"):
+        history.model(torch.tensor([[0, 65]]))                         # the user's calls are
+    assert in_forward == [(2, 65, "ids")]                              # checked again
+
+
+def test_training_on_a_text_of_your_own(tmp_path):
+    cfg = dataclasses.replace(QUICK, max_steps=1, eval_every=1, eval_iters=1)    # T = 32
+    own = tmp_path / "my_text.txt"
+    text = "the cat sat on the mat; " * 14                                # 336 characters
+    own.write_text(text[:321])
+    with pytest.warns(UncheckedTextWarning, match=r"training on .*my_text.txt \(321 characters"):
+        history = train(cfg, progress=False, data_path=own, device="cpu")
+    assert history.tokenizer.vocab == "".join(sorted(set(text)))
+    assert history.model.cfg.V == len(set(text)) and len(history.step_loss) == 1
+    # 320 characters split 288 / 32: the validation split lacks one window of T + 1 = 33.
+    own.write_text(text[:320])
+    with pytest.warns(UncheckedTextWarning), pytest.raises(
+            DataError, match=r"has 320 character\(s\), too few for T=32: .* at least 321 "):
+        train(cfg, progress=False, data_path=own, device="cpu")
 
 
 def test_sampling_from_the_trained_model():

@@ -12,12 +12,16 @@ One module per concept, in the order the chapters meet them:
 - ``flops``           FLOPs, training compute and KV-cache memory (chapter 7)
 - ``gpt_numpy``       the whole GPT in NumPy: forward, loss, generation, KV cache (chapter 8)
 - ``gpt_torch``       the same GPT as PyTorch modules, with the same parameter names (8-9)
-- ``data``            Tiny Shakespeare, the character tokenizer and batches (chapter 9)
+- ``text``            Tiny Shakespeare, verified, its split and the character tokenizer (8-9)
+- ``data``            PyTorch batches of random windows (chapter 9; re-exports ``text``)
 - ``sampling``        temperature and top-k sampling from the PyTorch model (chapter 9)
 - ``checkpoint``      atomic, verified checkpoints that resume exactly (chapter 9)
 - ``train``           the training loop, presets, devices and data parallelism (chapter 9)
 - ``modern``          a Llama-style model: RMSNorm, SwiGLU, RoPE, GQA, HF parity (appendix)
-- ``examples``        the worked examples' exact random draws
+- ``weights``         the trained character model that ships with the package (chapters 1-8)
+- ``interp``          reading a trained model: head roles, logit attribution (chapters 1-6)
+- ``hf``              GPT-2 from Hugging Face through the NumPy model, when online (chapter 8)
+- ``examples``        the worked examples' exact random draws and a validation passage
 - ``exercises``       the checks behind every exercise cell
 - ``viz``             figures and interactive labs (matplotlib and ipywidgets live only here)
 - ``glue``            numbers from code into the book's prose

@@ -10,7 +10,7 @@ Three promises:
   garbage.
 - **Complete.** Model, optimizer, grad scaler, step, history, config, vocabulary and every
   random state (torch, CUDA, NumPy, Python, the batch generator), so a resumed run on the CPU
-  ends with bit-identical weights.
+  ends with bit-identical weights (in one process; a resume under torchrun is not bit-exact).
 
 Files hold only tensors and plain containers, so they load with ``torch.load(...,
 weights_only=True)``, which cannot run code from a file someone handed you.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -41,6 +42,22 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     weights = F.softmax(scores, dim=-1)          # [B, h, T, T], each row sums to 1
     weights = F.dropout(weights, p=dropout_p, training=training)
     return weights @ v                           # [B,h,T,T] @ [B,h,T,d_head] -> [B,h,T,d_head]
+
+
+def check_token_ids(ids: torch.Tensor, V: int, name: str = "ids") -> None:
+    """Raise ``ValueError`` unless every id lies in [0, V).
+
+    Reads the smallest and largest id, so on a GPU the host waits for the device: call it
+    once on a whole token stream, not on every batch (see ``GPT.trusting_id_values``).
+
+    Shapes: ids [...] (any shape, integer dtype)
+    """
+    if not ids.numel():
+        return
+    lo, hi = (int(v) for v in torch.aminmax(ids))
+    if lo < 0 or hi >= V:
+        bad, which = (lo, "min") if lo < 0 else (hi, "max")
+        raise ValueError(f"{name}: expected integers in [0, V) = [0, {V}), got {which} {bad}")
 
 
 class Block(nn.Module):
@@ -122,7 +139,10 @@ class GPT(nn.Module):
             including the very token it is asked to predict (chapter 9's experiment).
 
     ``forward(ids)`` returns logits; ``forward(ids, targets)`` returns ``(logits, loss)``
-    with the mean cross-entropy over all B x T positions.
+    with the mean cross-entropy over all B x T positions. Every call checks that ids is an
+    integer tensor [B, T] with T <= ctx and values in [0, V); the value check waits for the
+    device, so a training loop that has checked its data once turns it off for its steps
+    with ``trusting_id_values()``.
 
     Shapes: ids [B, T] (T <= ctx), targets [B, T] -> logits [B, T, V], loss []
     """
@@ -135,6 +155,7 @@ class GPT(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout}")
         self.cfg, self.dropout, self.attn, self.causal = cfg, dropout, attn, causal
+        self.check_id_values = True      # see trusting_id_values
         self.tok_emb = nn.Parameter(torch.empty(cfg.V, cfg.d))
         self.pos_emb = nn.Parameter(torch.empty(cfg.ctx, cfg.d))
         self.blocks = nn.ModuleList(Block(cfg, dropout, attn, causal) for _ in range(cfg.L))
@@ -170,6 +191,23 @@ class GPT(nn.Module):
         """Where the weights live; ids fed to the model must be there too."""
         return self.tok_emb.device
 
+    @contextmanager
+    def trusting_id_values(self):
+        """Within this block, ``forward`` checks the ids' type and shape but not their values.
+
+        Reading the smallest and largest id as Python numbers makes the host wait for the GPU
+        (a device sync) on every call. A training loop whose batches are windows of a token
+        stream it has checked once with ``check_token_ids`` does not need the per-call check;
+        ``anatomy.train`` runs its steps and evaluations inside this block. On leaving it the
+        check is back on, so the model the loop hands back validates every call again.
+        """
+        before = self.check_id_values
+        self.check_id_values = False
+        try:
+            yield self
+        finally:
+            self.check_id_values = before
+
     def _check_ids(self, ids: torch.Tensor, name: str = "ids") -> None:
         V, ctx = self.cfg.V, self.cfg.ctx
         if not isinstance(ids, torch.Tensor):
@@ -185,14 +223,10 @@ class GPT(nn.Module):
         if ids.shape[1] > ctx:
             raise ValueError(f"{name}: T={ids.shape[1]} exceeds ctx={ctx}; crop the input to "
                              f"its last {ctx} tokens")
-        # A data-dependent check forces a device sync and breaks torch.compile graphs, so the
-        # compiled training step skips it (its ids come from the tokenizer, valid by design).
-        if not torch.compiler.is_compiling() and ids.numel():
-            lo, hi = torch.aminmax(ids)
-            if lo < 0 or hi >= V:
-                bad = int(lo) if lo < 0 else int(hi)
-                raise ValueError(f"{name}: expected integers in [0, V) = [0, {V}), got "
-                                 f"{'min' if lo < 0 else 'max'} {bad}")
+        # The value check reads data, so it syncs with the device and breaks torch.compile
+        # graphs: skipped while compiling and inside trusting_id_values (ids checked upstream).
+        if not torch.compiler.is_compiling() and self.check_id_values:
+            check_token_ids(ids, V, name)
 
     def forward(self, ids: torch.Tensor, targets: torch.Tensor | None = None):
         self._check_ids(ids)
@@ -261,6 +295,11 @@ def to_numpy_params(model: nn.Module) -> dict[str, np.ndarray]:
     return {name: p.detach().cpu().numpy().copy() for name, p in model.named_parameters()}
 
 
+def _kernel(device_type: str) -> dict:
+    """AdamW's implementation: on CUDA the fused kernel, the whole update in one launch."""
+    return {"fused": True} if device_type == "cuda" else {}
+
+
 def configure_optimizer(model: GPT, lr: float, weight_decay: float = 0.1,
                         betas: tuple[float, float] = (0.9, 0.99),
                         device_type: str = "cpu") -> torch.optim.AdamW:
@@ -269,11 +308,11 @@ def configure_optimizer(model: GPT, lr: float, weight_decay: float = 0.1,
     Decayed: every 2-D parameter, the embeddings included (as in nanoGPT: the tied token
     table is also the output head, a matrix like any other). Not decayed: biases and
     LayerNorm gains and shifts, whose job is to set a scale or an offset, not to store
-    features. The fused CUDA kernel does the whole update in one launch.
+    features. ``device_type="cuda"`` picks the fused kernel; the arithmetic is the same.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device_type == "cuda" or None)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, **_kernel(device_type))

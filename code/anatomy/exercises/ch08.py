@@ -609,10 +609,8 @@ def _trained():
 @functools.lru_cache(maxsize=1)
 def _validation_text() -> str | None:
     """Tiny Shakespeare's validation split when a local copy is at hand; never downloads."""
-    try:
-        from ..data import ENV_VAR, FILENAME, default_cache_dir, load_text, split
-    except ImportError:                          # anatomy.data needs torch
-        return None
+    from ..text import ENV_VAR, FILENAME, default_cache_dir, load_text, split
+
     if not (os.environ.get(ENV_VAR) or (default_cache_dir() / FILENAME).is_file()):
         return None
     try:

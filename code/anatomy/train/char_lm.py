@@ -2,8 +2,8 @@
 challenge, solved with the library's pieces).
 
 No presets, no schedule, no evaluation, no checkpoints: a tokenizer, a tied four-block GPT,
-AdamW and a plain loop. Everything the ``train`` loop adds is for long runs on big data; this
-is what is left when those are taken away.
+AdamW and a plain loop over the training loop's own ``train_step`` (in float32). Everything
+else the ``train`` loop adds is for long runs on big data; this is what is left without it.
 
 Shapes: text str[n] -> ids [n] -> windows x, y [B, T] -> logits [B, T, V], loss []
 """
@@ -12,11 +12,21 @@ from __future__ import annotations
 
 import torch
 
+from anatomy._validate import validated
 from anatomy.data import CharTokenizer, get_batch
 from anatomy.gpt_torch import GPT, configure_optimizer
 from anatomy.params import GPTConfig
+from anatomy.train.hardware import choose_precision
+from anatomy.train.step import train_step
 
 
+def _positive_steps(args: dict, sizes: dict) -> None:
+    steps = args["steps"]
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+
+
+@validated(where=_positive_steps)
 def train_char_lm(text: str, steps: int = 300, T: int = 16, d: int = 32, h: int = 4,
                   B: int = 16, lr: float = 3e-3, seed: int = 0,
                   ) -> tuple[GPT, CharTokenizer, list[float]]:
@@ -29,21 +39,18 @@ def train_char_lm(text: str, steps: int = 300, T: int = 16, d: int = 32, h: int 
 
     Shapes: ids [n] (n > T) -> x, y [B, T] -> logits [B, T, V]
     """
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
     tokenizer = CharTokenizer(text)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)       # [n]
     torch.manual_seed(seed)                                            # the initial weights
     cfg = GPTConfig(V=tokenizer.vocab_size, ctx=T, d=d, L=4, h=h, d_ff=4 * d, tied=True)
     model = GPT(cfg)
     optimizer = configure_optimizer(model, lr)
+    precision = choose_precision("cpu", "float32")     # no autocast; the scaler is off
     windows = torch.Generator().manual_seed(seed)                      # the batches
     losses = []
     for _ in range(steps):
         x, y = get_batch(ids, B, T, windows)        # [B, T] each; y is x shifted by one
-        _, loss = model(x, y)                       # logits [B, T, V], loss []
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        # forward, backward, clip to norm 1, AdamW step, zero the gradients
+        loss, _ = train_step(model, x, y, optimizer, precision, grad_clip=1.0)
         losses.append(loss.item())
     return model.eval(), tokenizer, losses

@@ -3,8 +3,20 @@
 Every process draws the same global batch from the same seeded generator and keeps its own
 slice of rows; DistributedDataParallel averages the gradients across processes during
 backward. With equal slices, the average of the per-process mean losses is the mean over the
-global batch, so N processes follow the same curve as one process with the same B (up to the
-order of float32 additions in the all-reduce).
+global batch.
+
+When N processes follow one process's loss curve, and when not:
+
+- With dropout 0 and the same global batch B, they follow it up to rounding: the all-reduce
+  adds the N half-batch gradients in another order than one process's backward does.
+- With dropout > 0 they do not. Each rank seeds its own dropout generator (seed + rank), so
+  the masks differ from one process's, and so does the curve: alike in distribution, not
+  equal step by step.
+- A resume under torchrun is not bit-exact, unlike a one-process resume on the CPU. The
+  checkpoint keeps rank 0's random states only, and every rank reseeds its dropout generator
+  from the resume step, so with dropout the resumed run draws other masks than the
+  uninterrupted one; without dropout the all-reduce's order of additions still carries no
+  promise of identical bits.
 """
 
 from __future__ import annotations

@@ -43,6 +43,44 @@ def pick_device() -> torch.device:
     return torch.device("cpu")
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def resolve_device(device: torch.device | str | None, name: str = "device") -> torch.device:
+    """``device`` as a ``torch.device`` this machine can train on (None: ``pick_device()``).
+
+    Raises ``ValueError`` (its message starting with ``name``) saying what to do instead for
+    a name torch does not know, a kind other than cpu, cuda (cuda:N) or mps, and a GPU this
+    machine does not have, instead of torch's own error at the first tensor moved there.
+    """
+    if device is None:
+        return pick_device()
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name}: expected one of cpu, cuda, cuda:N or mps, got "
+                         f"{device!r}") from None
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(f"{name}: expected one of cpu, cuda, cuda:N or mps, got "
+                         f"{str(device)!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch was built without CUDA" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise ValueError(f"{name} {str(device)!r}: CUDA is not available here ({why}); "
+                             f"use 'cpu', or leave the device out to take the best available")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"{name} {str(device)!r}: this machine has {count} CUDA "
+                             f"device(s), numbered 0 to {count - 1}")
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"{name} 'mps': Apple's MPS is not available here; use 'cpu', "
+                             f"or leave the device out to take the best available")
+    return device
+
+
 def peak_flops(device: torch.device | str) -> float | None:
     """Peak FLOP/s of ``device`` at its training precision, or None when it is not known."""
     device = torch.device(device)

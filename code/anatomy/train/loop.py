@@ -1,10 +1,14 @@
 """The training loop: batches in, AdamW steps, evaluations, checkpoints, a History out.
 
-One step: look up the learning rate for this step, draw a batch, forward (under autocast on a
-GPU), backward (through the grad scaler when fp16), clip the gradient norm, step, zero.
+One step: look up the learning rate for this step, draw a batch, and run ``train_step``
+(``anatomy.train.step``): forward under autocast on a GPU, backward through the grad scaler
+when fp16, unscale, clip the gradient norm, step, update the scaler, zero the gradients.
 Everything random comes from seeded generators whose states go into each checkpoint, so on
-the CPU a run killed at step k and resumed ends with exactly the weights of an uninterrupted
-run.
+the CPU a one-process run killed at step k and resumed ends with exactly the weights of an
+uninterrupted run (under torchrun it does not: see ``anatomy.train.distributed``).
+
+The token ids are checked once, when the text is encoded; the steps and evaluations then run
+the model inside ``GPT.trusting_id_values``, so no forward pass waits on the GPU to read them.
 
 Shapes: batches x, y [B, T] (this process's rows [B/N, T]) -> loss []
 """
@@ -15,6 +19,7 @@ import dataclasses
 import random
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -25,18 +30,29 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from anatomy.checkpoint import CKPT_NAME, capture_rng, load_checkpoint, restore_rng, save_checkpoint
-from anatomy.data import CharTokenizer, get_batch, load_text, split
-from anatomy.gpt_torch import GPT, configure_optimizer
+from anatomy.data import CharTokenizer, DataError, get_batch, load_text, split
+from anatomy.gpt_torch import GPT, check_token_ids, configure_optimizer
 from anatomy.train import distributed
 from anatomy.train.config import TrainConfig
-from anatomy.train.hardware import choose_precision, enable_tf32, mfu, pick_device
+from anatomy.train.hardware import (
+    choose_precision,
+    enable_tf32,
+    mfu,
+    pick_device,
+    resolve_device,
+)
 from anatomy.train.history import History
-from anatomy.train.schedule import lr_at
+from anatomy.train.schedule import ScheduleChangedWarning, lr_at, restretch_note
+from anatomy.train.step import train_step
 
 # Fields a config given on resume may differ in from the saved one without an error: they
 # change neither the model nor the arithmetic of a step. The saved values are used, except
 # for ``compile`` (a matter of the machine) and ``max_steps`` (the ``max_steps`` argument).
 _NOT_CHECKED_ON_RESUME = {"name", "max_steps", "eval_every", "ckpt_every", "compile"}
+
+
+class ResumeError(ValueError):
+    """A resume that cannot continue the saved run: another config or another text."""
 
 
 def seed_everything(seed: int) -> None:
@@ -127,9 +143,22 @@ def _check_resume_config(cfg: TrainConfig, saved: TrainConfig, path: Path) -> No
     if changed:
         diffs = ", ".join(f"{n}={getattr(saved, n)!r} saved vs {getattr(cfg, n)!r} given"
                           for n in changed)
-        raise ValueError(f"resume: the config differs from the one saved in {path} ({diffs}); "
-                         f"resume with the same config, or pass cfg=None (on the command "
-                         f"line: no --preset or --set) to use the saved one")
+        raise ResumeError(f"resume: the config differs from the one saved in {path} ({diffs}); "
+                          f"resume with the same config, or pass cfg=None (on the command "
+                          f"line: no --preset or --set) to use the saved one")
+
+
+def _check_long_enough(n: int, T: int) -> None:
+    """Both splits must hold one window of T tokens plus its shifted target."""
+    def fits(size: int) -> bool:
+        return all(len(part) > T for part in split(range(size)))
+
+    if not fits(n):
+        need = next(size for size in range(2 * (T + 1), 100 * (T + 1)) if fits(size))
+        raise DataError(f"data: the text has {n:,} character(s), too few for T={T}: the "
+                        f"training split (the first 90%) and the validation split (the rest) "
+                        f"each need at least T + 1 = {T + 1}, so the text needs at least "
+                        f"{need:,} characters; give a longer text or a smaller T")
 
 
 def train(cfg: TrainConfig | None, out_dir: str | Path | None = None,
@@ -141,14 +170,18 @@ def train(cfg: TrainConfig | None, out_dir: str | Path | None = None,
     Args:
         cfg: the run (a preset or your own); may be None when resuming, to use the saved one.
         out_dir: folder for ``ckpt.pt`` (and ``ckpt.prev.pt``); None keeps nothing on disk.
-        max_steps: overrides ``cfg.max_steps`` (the cosine then ends there).
+        max_steps: overrides ``cfg.max_steps`` (the cosine then ends there). On a resume, a
+            value other than the saved one re-stretches the cosine to the new end, so the
+            learning rate jumps at the resume step; a ``ScheduleChangedWarning`` says from
+            what to what.
         resume: continue from ``out_dir/ckpt.pt`` with its weights, optimizer, step, history,
             random states and saved config (a ``cfg`` given too must agree with it on the
             model and the optimisation; only ``max_steps`` and ``compile`` may change).
         progress: show a tqdm bar on stderr.
         log: called on every evaluation with {"step", "train_loss", "val_loss", "lr"}.
-        data_path: the Tiny Shakespeare file (else ``ANATOMY_DATA``, the cache, a download).
-        device: "cuda", "mps", "cpu"...; default ``pick_device()``.
+        data_path: the Tiny Shakespeare file (else ``ANATOMY_DATA``, the cache, a download),
+            or a UTF-8 text of your own under another file name (see ``load_text``).
+        device: "cuda", "cuda:1", "mps" or "cpu"; default ``pick_device()``.
         overwrite: allow a fresh run to replace a checkpoint already in ``out_dir``.
 
     Under ``torchrun`` every process calls this; each takes its rows of the global batch and
@@ -158,7 +191,7 @@ def train(cfg: TrainConfig | None, out_dir: str | Path | None = None,
     ``.tokenizer``, ready for ``anatomy.sampling.sample``.
     """
     wall_start = time.perf_counter()
-    dist, device = distributed.setup(torch.device(device) if device is not None else None)
+    dist, device = distributed.setup(resolve_device(device) if device is not None else None)
     try:
         return _train(cfg, out_dir, max_steps, resume, progress, log, data_path,
                       device or pick_device(), overwrite, dist, wall_start)
@@ -187,15 +220,22 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
                               f"run or overwrite=True to start again over it")
     if max_steps is not None:
         cfg = dataclasses.replace(cfg, max_steps=max_steps)
+    if state is not None:
+        note = restretch_note(state["step"], saved, cfg)
+        if note is not None and dist.is_main:
+            warnings.warn(note, ScheduleChangedWarning, stacklevel=3)
     if cfg.B % dist.world:
         raise ValueError(f"B={cfg.B} rows do not split evenly over {dist.world} processes")
 
     text = load_text(data_path)
+    _check_long_enough(len(text), cfg.T)
     tokenizer = CharTokenizer(text)
     if state is not None and state["vocab"] != tokenizer.vocab:
-        raise ValueError(f"resume: the checkpoint's vocabulary ({len(state['vocab'])} "
-                         f"characters) differs from this text's ({tokenizer.vocab_size})")
+        raise ResumeError(f"resume: the checkpoint's vocabulary ({len(state['vocab'])} "
+                          f"characters) differs from this text's ({tokenizer.vocab_size}); "
+                          f"resume with the text the run started on")
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)          # [N]
+    check_token_ids(ids, tokenizer.vocab_size, "data")    # once, so no step needs to
     train_ids, val_ids = split(ids)
 
     seed_everything(cfg.seed)
@@ -216,7 +256,8 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
         step = state["step"]
         restore_rng(state["rng"], batches)
     if dist.active:
-        # Same initial weights everywhere (DDP also broadcasts them), different dropout masks.
+        # Same initial weights everywhere (DDP also broadcasts them), different dropout masks;
+        # reseeded from the step on a resume, so a DDP resume is not bit-exact with dropout.
         torch.manual_seed(cfg.seed + 1000 * step + dist.rank)
 
     compiled = cfg.compile if cfg.compile is not None else device.type == "cuda"
@@ -261,7 +302,8 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
 
     start_step = step
     clock_offset = history.time_s[-1] if history.time_s else 0.0   # the resumed run's clock
-    try:
+    # The ids were checked once above; no step or evaluation reads them back from the device.
+    with raw.trusting_id_values(), bar:          # the bar closes on the way out, error or not
         while step < cfg.max_steps:
             if step % cfg.eval_every == 0 and (not history.step or history.step[-1] != step):
                 evaluate(step)
@@ -271,15 +313,8 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
             x, y = get_batch(train_ids, cfg.B, cfg.T, batches)           # global [B, T]
             x = _to_device(distributed.shard(x, dist), device)          # -> [B/N, T]
             y = _to_device(distributed.shard(y, dist), device)          # -> [B/N, T]
-            with precision.autocast():
-                _, loss = model(x, y)
-            precision.scaler.scale(loss).backward()
-            precision.scaler.unscale_(optimizer)     # clip the true gradient, not a scaled one
-            torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.grad_clip)
-            precision.scaler.step(optimizer)
-            precision.scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            pending.append(loss.detach())
+            loss, _ = train_step(model, x, y, optimizer, precision, cfg.grad_clip)
+            pending.append(loss)
             step += 1
             throughput.step_done()
             bar.update(1)
@@ -288,8 +323,6 @@ def _train(cfg, out_dir, max_steps, resume, progress, log, data_path, device, ov
             if step % cfg.ckpt_every == 0 or step == cfg.max_steps:
                 checkpoint(step)
         flush()
-    finally:
-        bar.close()
 
     seconds = throughput.seconds()
     tokens_per_s = throughput.steps * cfg.tokens_per_step / seconds if seconds else None

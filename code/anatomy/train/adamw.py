@@ -1,0 +1,56 @@
+"""One AdamW update written out in NumPy: what ``torch.optim.AdamW`` does to each weight.
+
+Adam keeps two running averages per weight, m of the gradient and v of its square, and
+moves the weight by m / sqrt(v): a step of about the learning rate whatever the gradient's
+size. Both averages start at 0, so for the first steps they are too small; dividing by
+1 - beta^t (the *bias correction*) undoes that. AdamW's weight decay is *decoupled*
+(Loshchilov and Hutter, 2019): the weight shrinks by lr * weight_decay of itself, apart
+from the gradient, instead of having weight_decay * p added to the gradient, where Adam's
+division by sqrt(v) would weaken it for weights with large gradients.
+
+Chapter 9's exercise 9.4 asks for this function; its check runs it against
+``torch.optim.AdamW``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anatomy._validate import check_positive_int, validated
+
+
+def _adamw_args(args: dict, sizes: dict) -> None:
+    shape = args["p"].shape
+    for name in ("g", "m", "v"):
+        if args[name].shape != shape:
+            raise ValueError(f"{name}: expected the shape of p, {shape}, got "
+                             f"{args[name].shape}")
+    check_positive_int(args["t"], "t")
+    b1, b2 = args["betas"]
+    if not (0 <= b1 < 1 and 0 <= b2 < 1):
+        raise ValueError(f"betas: expected two numbers in [0, 1), got {args['betas']!r}")
+    if not args["eps"] > 0:
+        raise ValueError(f"eps: expected a positive number, got {args['eps']!r}")
+
+
+@validated(floats=("p", "g", "m", "v"), where=_adamw_args)
+def adamw_update(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
+                 lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AdamW's update number ``t`` (1 for the first) of weights ``p`` with gradient ``g``.
+
+    ``m`` and ``v`` are the running averages after update t - 1 (zeros before the first);
+    the new ones come back with the new weights, as ``(p, m, v)``. The inputs are left as
+    they are. The same arithmetic as ``torch.optim.AdamW`` (eps added to sqrt(v_hat), the
+    decay scaled by lr).
+
+    Shapes: p, g, m, v [...] (all the same shape) -> p, m, v [...]
+    """
+    b1, b2 = betas
+    m = b1 * m + (1 - b1) * g                   # running mean of the gradient
+    v = b2 * v + (1 - b2) * g**2                # running mean of its square
+    m_hat = m / (1 - b1**t)                     # both start at 0: undo that bias
+    v_hat = v / (1 - b2**t)
+    p = p * (1 - lr * weight_decay)             # decoupled decay: shrink p itself
+    p = p - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return p, m, v

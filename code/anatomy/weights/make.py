@@ -1,0 +1,315 @@
+"""(Re)make the shipped character model: ``python -m anatomy.weights.make``.
+
+Trains chapter 9's GPT (the ``cpu-long`` preset: L=4, h=4, d=128, T=ctx=64, 2000 AdamW steps
+of B=32 windows) on Tiny Shakespeare on the CPU with ``anatomy.train.train``, then writes
+``shakespeare-char.npz`` (float32, the shape table's names, [in, out]) and its sidecar
+``shakespeare-char.json`` into ``--out`` (default: this package folder).
+
+Changes from the preset, none of which touches a weight: it evaluates every 50 steps
+instead of 250, on 10 batches per split instead of 20, and checkpoints every 50 steps.
+The checkpoint at ``--record-step`` (50) is read back during the run, and its weights'
+digest and loss go into the sidecar's ``record``, with the CPU, torch version and thread
+count. ``tests/test_weights.py`` re-runs the same command up to that step and compares:
+equal digests where the machine matches, a loss within 0.01 elsewhere. Everything random is
+seeded and the thread count is fixed (``--threads``, default 1), so on one machine the
+command gives bit-identical weights, and the ``.npz`` is written byte for byte the same
+(fixed zip timestamps, the shape table's order).
+
+Options: ``--steps N`` (default 2000), ``--record-step K`` (default 50; a multiple of 50
+below N), ``--out DIR``, ``--data FILE`` (else ``ANATOMY_DATA``, the cache, a download),
+``--threads N``, ``--name NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import platform
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from anatomy.atomic import atomic_write
+from anatomy.checkpoint import CKPT_NAME, load_checkpoint
+from anatomy.gpt_numpy import generate
+from anatomy.gpt_torch import GPT, to_numpy_params
+from anatomy.params import count_params, param_shapes
+from anatomy.text import SHA256, CharTokenizer, load_text, sha256_of, split
+from anatomy.train import PRESETS, TrainConfig, train
+from anatomy.weights import DEFAULT, FOLDER, file_sha256, params_digest, window_loss
+
+FORMAT = 1
+RECORD_STEP = 50
+# The preset, evaluated and checkpointed every 50 steps so that step 50 can be recorded,
+# each evaluation on 10 batches per split instead of 20: the reproduction test re-runs 50
+# steps and two evaluations (steps 0 and 50), about 20 s on one free CPU thread.
+RECIPE = dataclasses.replace(PRESETS["cpu-long"], name=DEFAULT, eval_every=50,
+                             eval_iters=10, ckpt_every=50)
+# What must match for two runs of the same command to give bit-identical weights.
+MACHINE_KEYS = ("machine", "processor", "cpu_capability", "torch", "threads")
+LOSS_TOLERANCE = 0.01          # where the machine differs: |loss - recorded| at the record step
+
+
+class _Stop(Exception):
+    """Raised from the evaluation callback to end a run at the record step."""
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict:
+    """The facts that decide whether two CPU runs can agree to the bit."""
+    return {"machine": platform.machine(), "processor": _cpu_name(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "numpy": np.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def same_machine(record: Mapping) -> bool:
+    """Whether this process (as it is now) matches ``record`` on every key of MACHINE_KEYS."""
+    here = machine()
+    return all(record.get(key) == here[key] for key in MACHINE_KEYS)
+
+
+def compare_record(recorded: Mapping, again: Mapping) -> str:
+    """Judge a re-run of the record step against the sidecar's record.
+
+    Where MACHINE_KEYS all match, the weights must be bit-identical (same digest, same
+    losses): returns "identical". Elsewhere float32 rounding may differ, so the train, val
+    and step losses must each lie within LOSS_TOLERANCE: returns "close". Otherwise raises
+    ``ValueError`` saying what differs.
+    """
+    if again["step"] != recorded["step"]:
+        raise ValueError(f"again: the re-run recorded step {again['step']}, the sidecar step "
+                         f"{recorded['step']}")
+    if all(again[key] == recorded[key] for key in MACHINE_KEYS):
+        if again["params_sha256"] != recorded["params_sha256"]:
+            raise ValueError(f"same machine, torch and threads, but the weights at step "
+                             f"{recorded['step']} differ: digest {again['params_sha256'][:12]} "
+                             f"vs recorded {recorded['params_sha256'][:12]}")
+        return "identical"
+    for key in ("train_loss", "val_loss", "step_loss"):
+        if not abs(again[key] - recorded[key]) < LOSS_TOLERANCE:
+            raise ValueError(f"{key} at step {recorded['step']}: {again[key]:.4f} vs recorded "
+                             f"{recorded[key]:.4f}, more than {LOSS_TOLERANCE} apart")
+    return "close"
+
+
+def recipe(steps: int = RECIPE.max_steps) -> TrainConfig:
+    """The training config of the shipped model, for a run of ``steps`` steps."""
+    return dataclasses.replace(RECIPE, max_steps=steps)
+
+
+def _check_record_step(cfg: TrainConfig, record_step: int) -> None:
+    if (isinstance(record_step, bool) or not isinstance(record_step, int) or record_step < 1
+            or record_step % cfg.eval_every or record_step % cfg.ckpt_every
+            or record_step >= cfg.max_steps):
+        raise ValueError(f"record_step: expected a multiple of eval_every={cfg.eval_every} "
+                         f"and ckpt_every={cfg.ckpt_every} below steps={cfg.max_steps}, "
+                         f"got {record_step!r}")
+
+
+def train_with_record(cfg: TrainConfig, record_step: int = RECORD_STEP, *,
+                      data_path: str | Path | None = None, threads: int = 1,
+                      stop_at_record: bool = False):
+    """Run ``train(cfg)`` on the CPU with ``threads`` threads; return ``(history, record)``.
+
+    ``record`` describes the run at ``record_step``: the evaluated train and val loss, the
+    training loss of that step's batch, the digest of its weights (read back from the
+    checkpoint written at that step) and :func:`machine`. With ``stop_at_record`` the run
+    ends there and ``history`` is None: the first ``record_step`` steps of the full run,
+    whose learning-rate schedule still ends at ``cfg.max_steps``.
+    """
+    _check_record_step(cfg, record_step)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    record: dict = {}
+    try:
+        with tempfile.TemporaryDirectory() as run_dir:
+            def at_evaluation(row: dict) -> None:
+                if row["step"] != record_step:
+                    return
+                # train() writes the checkpoint of a step before that step's evaluation.
+                state = load_checkpoint(Path(run_dir) / CKPT_NAME)
+                if state["step"] != record_step:
+                    raise RuntimeError(f"expected the checkpoint of step {record_step}, found "
+                                       f"step {state['step']}")
+                model = GPT(cfg.model_config(len(state["vocab"])))
+                model.load_state_dict(state["model"])
+                record.update({
+                    "step": record_step, "train_loss": row["train_loss"],
+                    "val_loss": row["val_loss"],
+                    "step_loss": state["history"]["step_loss"][record_step - 1],
+                    "params_sha256": params_digest(to_numpy_params(model)), **machine()})
+                if stop_at_record:
+                    raise _Stop
+
+            try:
+                history = train(cfg, out_dir=run_dir, progress=False, log=at_evaluation,
+                                data_path=data_path, device="cpu")
+            except _Stop:
+                history = None
+    finally:
+        torch.set_num_threads(old_threads)
+    if not record:
+        raise RuntimeError(f"the run never evaluated step {record_step}")
+    return history, record
+
+
+@torch.no_grad()
+def torch_window_loss(model: GPT, ids: np.ndarray, batch: int = 128) -> float:
+    """:func:`anatomy.weights.window_loss` computed by the PyTorch model, for parity.
+
+    Shapes: ids [N] -> windows [N // ctx, ctx] -> scalar
+    """
+    ctx = model.cfg.ctx
+    n = len(ids) // ctx
+    rows = torch.from_numpy(np.asarray(ids[: n * ctx], dtype=np.int64)).view(n, ctx)
+    model.eval()
+    total = 0.0
+    for start in range(0, n, batch):
+        x = rows[start:start + batch]                          # [b, ctx]
+        logits = model(x)                                      # [b, ctx] -> [b, ctx, V]
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),   # [b(ctx-1), V]
+                               x[:, 1:].reshape(-1))                            # [b(ctx-1)]
+        total += float(loss) * x.shape[0]
+    return total / n
+
+
+def npz_bytes(params: Mapping[str, np.ndarray]) -> bytes:
+    """``params`` as an ``.npz`` (uncompressed), byte for byte the same for the same arrays:
+    every member has a fixed timestamp, unlike ``np.savez``'s current time."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name, value in params.items():
+            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            member.external_attr = 0o644 << 16
+            with z.open(member, "w") as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(value), allow_pickle=False)
+    return buf.getvalue()
+
+
+def command(steps: int, record_step: int, threads: int, name: str) -> str:
+    """The command line that makes these files (``--out`` and ``--data`` change no number)."""
+    extra = "" if name == DEFAULT else f" --name {name}"
+    return (f"python -m anatomy.weights.make --steps {steps} --record-step {record_step} "
+            f"--threads {threads}{extra}")
+
+
+def make(steps: int = RECIPE.max_steps, out: str | Path = FOLDER, *, name: str = DEFAULT,
+         data_path: str | Path | None = None, threads: int = 1,
+         record_step: int = RECORD_STEP, echo=print) -> dict:
+    """Train, then write ``NAME.npz`` and ``NAME.json`` into ``out``; return the sidecar."""
+    t0 = time.perf_counter()
+    cfg = recipe(steps)
+    _check_record_step(cfg, record_step)
+    text = load_text(data_path)
+    if sha256_of(text.encode("utf-8")) != SHA256:
+        raise ValueError("data: the shipped model is trained on Tiny Shakespeare only; the "
+                         "given text has another SHA-256")
+    echo(f"training {cfg.name}: L={cfg.L} h={cfg.h} d={cfg.d} T={cfg.T} B={cfg.B}, "
+         f"{steps} steps on {threads} CPU thread(s)")
+    history, record = train_with_record(cfg, record_step, data_path=data_path,
+                                         threads=threads)
+    model = history.model.eval()
+    model_cfg = model.cfg
+    params = to_numpy_params(model)
+    params = {key: params[key] for key in param_shapes(model_cfg)}     # the table's order
+    tokenizer = CharTokenizer(text)
+    _, val = split(np.array(tokenizer.encode(text), dtype=np.int64))
+    val_numpy = window_loss(params, val, model_cfg)
+    val_torch = torch_window_loss(model, val)
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    npz = out / f"{name}.npz"
+    atomic_write(npz, npz_bytes(params))
+    sidecar = {
+        "format": FORMAT,
+        "name": name,
+        "description": ("Chapter 9's GPT trained on Tiny Shakespeare, one id per character; "
+                        "float32 weights named and shaped as anatomy.params.param_shapes."),
+        "command": command(steps, record_step, threads, name),
+        "config": dataclasses.asdict(model_cfg),
+        "n_params": count_params(model_cfg),
+        "train_config": cfg.to_dict(),
+        "vocab": tokenizer.vocab,
+        "data": {"file": "tinyshakespeare.txt", "sha256": SHA256, "n_chars": len(text),
+                 "split": "first 90% train, last 10% validation (anatomy.data.split)"},
+        "weights": {"file": npz.name, "sha256": file_sha256(npz), "dtype": "float32",
+                    "params_sha256": params_digest(params)},
+        "final": {
+            "step": steps, "train_loss": history.train_loss[-1],
+            "val_loss": history.val_loss[-1],
+            "val_loss_windows": {"numpy": val_numpy, "torch": val_torch,
+                                 "n_windows": len(val) // model_cfg.ctx},
+        },
+        "val_loss_windows_definition": (
+            "anatomy.weights.window_loss: mean next-character loss in nats over the "
+            "validation split cut into consecutive non-overlapping windows of ctx "
+            "characters (ctx - 1 predictions each)"),
+        "record": record,
+        "history": [[s, round(tr, 4), round(va, 4)] for s, tr, va in
+                    zip(history.step, history.train_loss, history.val_loss, strict=True)],
+    }
+    atomic_write(out / f"{name}.json",
+                 (json.dumps(sidecar, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    prompt = np.array(tokenizer.encode("ROMEO:\n"))
+    sample = generate(params, prompt, model_cfg, 200, temperature=0.8,
+                      rng=np.random.default_rng(0))
+    echo(f"{sidecar['n_params']:,} parameters; step {steps}: train "
+         f"{sidecar['final']['train_loss']:.4f}, val {sidecar['final']['val_loss']:.4f}; "
+         f"val over {sidecar['final']['val_loss_windows']['n_windows']} windows: numpy "
+         f"{val_numpy:.5f}, torch {val_torch:.5f}")
+    echo(f"record at step {record_step}: val {record['val_loss']:.4f}, weights "
+         f"{record['params_sha256'][:12]}")
+    echo(f"wrote {npz} ({npz.stat().st_size:,} bytes) and {name}.json in "
+         f"{time.perf_counter() - t0:.0f} s")
+    echo("sample (temperature 0.8, seed 0):\n" + tokenizer.decode(sample))
+    return sidecar
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m anatomy.weights.make", description=(
+        "Train the shipped character model on the CPU and write NAME.npz and NAME.json."))
+    p.add_argument("--steps", type=int, default=RECIPE.max_steps,
+                   help=f"training steps (default {RECIPE.max_steps})")
+    p.add_argument("--record-step", type=int, default=RECORD_STEP,
+                   help=f"the step recorded for the reproduction test (default {RECORD_STEP})")
+    p.add_argument("--out", type=Path, default=FOLDER, help="output folder (default: the "
+                   "package's anatomy/weights)")
+    p.add_argument("--data", type=Path, default=None, help="the Tiny Shakespeare file")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads; the record is bit-exact only at the same count (default 1)")
+    p.add_argument("--name", default=DEFAULT, help=f"model name (default {DEFAULT})")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.threads < 1:
+        p.error("--steps and --threads must be positive integers")
+    try:
+        _check_record_step(recipe(args.steps), args.record_step)
+        load_text(args.data)                       # the data is there and is the right file
+    except (ValueError, OSError, RuntimeError) as err:
+        p.error(str(err))
+    make(args.steps, args.out, name=args.name, data_path=args.data, threads=args.threads,
+         record_step=args.record_step)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
