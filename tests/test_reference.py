@@ -43,7 +43,7 @@ def test_a_record_round_trips_and_tells_its_figures(record, tmp_path):
     step, seconds = record["step_at_target"], record["time_to_target_s"]
     val = {row[0]: row[2] for row in record["curve"]}
     assert val[step] <= 3.8 and all(v > 3.8 for s, v in val.items() if s < step)
-    text = describe(record)
+    text = " ".join(describe(record).split())        # wrapped at 78 columns
     assert f"step {step:,}: {seconds:.0f} s after the start" in text
     assert f"{step * record['ms_per_step'] / 1e3:.0f} s of training steps" in text
     assert "and 3 evaluations included" in text                  # steps 0, 4 and 8

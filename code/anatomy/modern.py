@@ -55,16 +55,42 @@ def _check_number(value: object, name: str) -> float:
     return float(value)
 
 
-def _check_heads(d: int, h: int, h_kv: int, owner: str) -> None:
+def _check_sizes(sizes: _Sizes, owner: str, flags: tuple[str, ...]) -> None:
+    """The letters are positive integers, the heads split d and each other, flags are bools."""
+    for name in ("V", "ctx", "d", "L", "h", "h_kv", "d_ff"):
+        check_positive_int(getattr(sizes, name), f"{owner}.{name}")
+    d, h, h_kv = sizes.d, sizes.h, sizes.h_kv
     if d % h:
         raise ValueError(f"{owner}.h: d={d} is not divisible by h={h} heads")
     if h_kv > h or h % h_kv:
         raise ValueError(f"{owner}.h_kv: h={h} query heads do not split into groups for "
                          f"h_kv={h_kv} key/value heads (h must be a multiple of h_kv)")
+    for name in flags:
+        if not isinstance(getattr(sizes, name), bool):
+            raise ValueError(f"{owner}.{name}: expected True or False, "
+                             f"got {getattr(sizes, name)!r}")
+
+
+class _Sizes:
+    """The head widths both configs derive from their letters."""
+
+    d: int
+    h: int
+    h_kv: int
+
+    @property
+    def d_head(self) -> int:
+        """Width of one head, d / h."""
+        return self.d // self.h
+
+    @property
+    def d_kv(self) -> int:
+        """Width of all key (or value) heads together, h_kv * d_head."""
+        return self.h_kv * self.d_head
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(_Sizes):
     """The sizes of a Llama-style decoder, in the book's letters.
 
     V vocabulary, ctx longest context, d model width, L blocks, h query heads, h_kv
@@ -86,26 +112,12 @@ class LlamaConfig:
     tied: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("V", "ctx", "d", "L", "h", "h_kv", "d_ff"):
-            check_positive_int(getattr(self, name), f"cfg.{name}")
-        _check_heads(self.d, self.h, self.h_kv, "cfg")
+        _check_sizes(self, "cfg", ("tied",))
         if self.d_head % 2:
             raise ValueError(f"cfg.h: RoPE turns features in pairs, so d_head = d / h must be "
                              f"even, got d_head={self.d_head} (d={self.d}, h={self.h})")
         _check_number(self.rope_base, "cfg.rope_base")
         _check_number(self.eps, "cfg.eps")
-        if not isinstance(self.tied, bool):
-            raise ValueError(f"cfg.tied: expected True or False, got {self.tied!r}")
-
-    @property
-    def d_head(self) -> int:
-        """Width of one head, d / h."""
-        return self.d // self.h
-
-    @property
-    def d_kv(self) -> int:
-        """Width of all key (or value) heads together, h_kv * d_head."""
-        return self.h_kv * self.d_head
 
     @property
     def design(self) -> Design:
@@ -126,7 +138,7 @@ LLAMA3_8B = LlamaConfig(V=128_256, ctx=8_192, d=4_096, L=32, h=32, h_kv=8, d_ff=
 
 
 @dataclass(frozen=True)
-class Design:
+class Design(_Sizes):
     """A decoder anywhere between GPT-2 and Llama: its sizes and which changes it makes.
 
     rms_norm: RMSNorm (gain only) instead of LayerNorm (gain and shift); swiglu: a SwiGLU MLP
@@ -149,21 +161,7 @@ class Design:
     tied: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("V", "ctx", "d", "L", "h", "h_kv", "d_ff"):
-            check_positive_int(getattr(self, name), f"design.{name}")
-        _check_heads(self.d, self.h, self.h_kv, "design")
-        for name in ("rms_norm", "swiglu", "rope", "bias", "tied"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"design.{name}: expected True or False, "
-                                 f"got {getattr(self, name)!r}")
-
-    @property
-    def d_head(self) -> int:
-        return self.d // self.h
-
-    @property
-    def d_kv(self) -> int:
-        return self.h_kv * self.d_head
+        _check_sizes(self, "design", ("rms_norm", "swiglu", "rope", "bias", "tied"))
 
     @property
     def changes(self) -> tuple[str, ...]:

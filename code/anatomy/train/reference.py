@@ -114,13 +114,14 @@ def history_of(record: dict) -> History:
 
 
 def describe(record: dict | None) -> str:
-    """Plain sentences saying what the run measured, or that nothing was measured."""
+    """Plain sentences saying what the run measured, or that nothing was measured (78 columns,
+    to fit the book's code column)."""
     if record is None:
         return textwrap.fill(
             "No GPU run has been measured for this book yet: no GPU has been available to the "
             "project so far. The figures below are arithmetic, not measurements; "
             "bench/gpu_reference.py will record a real run on the first card the project "
-            "gets.", 88)
+            "gets.", 78)
     hw, cfg = record["hardware"], record["config"]
     where = f"{record['world_size']} x {hw['name']}" if record["world_size"] > 1 \
         else f"one {hw['name']}"
@@ -157,4 +158,4 @@ def describe(record: dict | None) -> str:
     lines.append(f"Final losses: train {record['final_train_loss']:.3f}, validation "
                  f"{record['final_val_loss']:.3f}; the whole run took "
                  f"{record['wall_s']:.0f} s.")
-    return "\n".join(textwrap.fill(line, 88) for line in lines)
+    return "\n".join(textwrap.fill(line, 78) for line in lines)
