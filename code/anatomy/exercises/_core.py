@@ -407,6 +407,17 @@ def expect_number(got, *, case: str, name: str = "the result") -> float:
     return value
 
 
+def int_set(answer, *, what: str, example: str) -> set[int]:
+    """The reader's answer as a set of ints; a text or a single number is told the form."""
+    form = f"answer with a set of {what}, e.g. {example}"
+    if isinstance(answer, (str, bytes)):
+        raise Wrong(f"{form}, not the text {answer!r}")
+    try:
+        return {int(i) for i in answer}
+    except (TypeError, ValueError):
+        raise Wrong(form) from None
+
+
 def random_leading(rng: np.random.Generator, max_axes: int = 2, max_size: int = 3
                    ) -> tuple[int, ...]:
     """A random tuple of 0 to ``max_axes`` leading (batch, head) axes, each 1 to ``max_size``."""

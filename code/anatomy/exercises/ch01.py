@@ -17,6 +17,7 @@ from ._core import (
     expect_close,
     expect_finite,
     expect_shape,
+    int_set,
     random_leading,
     run,
 )
@@ -199,10 +200,7 @@ _WHY_ALL = ("every row of the output is a weighted average of *all* value rows, 
 
 
 def _diagnose_rows(answer, rng) -> None:
-    try:
-        rows = {int(i) for i in answer}
-    except (TypeError, ValueError):
-        raise Wrong("answer with a set of row indices, e.g. {0, 2}") from None
+    rows = int_set(answer, what="row indices", example="{0, 2}")
     if not rows <= _ALL_ROWS:
         raise Wrong(f"rows {sorted(rows - _ALL_ROWS)} do not exist: out has 4 rows, 0 to 3")
     if rows == {2}:
@@ -222,7 +220,7 @@ register(Exercise(
             "weights that are all positive, so changing V[2] moves every row, each in "
             "proportion to how much weight its query puts on nasi.",
     wrong_answers=(({2}, "not only nasi's own row"), ({2, 3}, "change too"),
-                   ("2", "not only"), (5, "answer with a set")),
+                   ("2", "answer with a set"), (5, "answer with a set")),
 ))
 
 # ---- 1.4 program a head (construct) -------------------------------------------------------

@@ -22,6 +22,7 @@ from ._core import (
     expect_close,
     expect_finite,
     expect_shape,
+    int_set,
     other_convention,
     run,
 )
@@ -242,13 +243,7 @@ _ROWS = frozenset({0, 1, 2, 3})
 
 
 def _diagnose_reach(answer, rng) -> None:
-    if isinstance(answer, (str, bytes)):
-        raise Wrong(f"answer with a set of row indices, e.g. {{0, 2}}, not the text "
-                    f"{answer!r}")
-    try:
-        rows = {int(i) for i in answer}
-    except (TypeError, ValueError):
-        raise Wrong("answer with a set of row indices, e.g. {0, 2}") from None
+    rows = int_set(answer, what="row indices", example="{0, 2}")
     if not rows <= _ROWS:
         raise Wrong(f"rows {sorted(rows - _ROWS)} do not exist: out has 4 rows, 0 to 3")
     if rows & {0, 1}:

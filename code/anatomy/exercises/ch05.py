@@ -23,6 +23,7 @@ from ._core import (
     expect_close,
     expect_finite,
     expect_shape,
+    int_set,
     other_convention,
     random_leading,
     run,
@@ -371,10 +372,7 @@ _WHY_COS = ("one pair turns 1 radian per position, so two copies of the same vec
 
 
 def _diagnose_negative(answer, rng) -> None:
-    try:
-        distances = {int(n) for n in answer}
-    except (TypeError, ValueError):
-        raise Wrong("answer with a set of distances, e.g. {1, 5}") from None
+    distances = int_set(answer, what="distances", example="{1, 5}")
     if not distances <= _DISTANCES:
         raise Wrong(f"distances {sorted(distances - _DISTANCES)} are not among the "
                     "choices 0 to 10")

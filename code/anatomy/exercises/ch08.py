@@ -34,6 +34,7 @@ from ._core import (
     expect_close,
     expect_number,
     expect_shape,
+    int_set,
     random_leading,
     run,
 )
@@ -279,12 +280,7 @@ _ANSWER_ROWS = frozenset({2, 3, 4})
 
 
 def _diagnose_rows(answer, rng) -> None:
-    try:
-        if isinstance(answer, (str, bytes)):
-            raise TypeError
-        rows = {int(i) for i in answer}
-    except (TypeError, ValueError):
-        raise Wrong("answer with a set of row indices, e.g. {0, 4}") from None
+    rows = int_set(answer, what="row indices", example="{0, 4}")
     if not rows <= _ROWS:
         raise Wrong(f"rows {sorted(rows - _ROWS)} do not exist: the logits have 5 rows, "
                     "0 to 4")
