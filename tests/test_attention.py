@@ -12,6 +12,7 @@ from anatomy.attention import (
     attention_weights,
     jacobian_norm_by_scale,
     multi_head_weights,
+    saturation_stats,
     scaled_scores,
     scaling_experiment,
     score_std,
@@ -212,6 +213,25 @@ def test_jacobian_norm_falls_once_scores_saturate():
     assert norms.max() <= 0.5 + 1e-12
     with pytest.raises(ValueError, match="stds"):
         jacobian_norm_by_scale(np.array([-1.0]))
+
+
+def test_saturation_stats_summarise_each_spread():
+    norms = np.array([[0.1, 0.2, 0.3, 0.005],        # spread 0: one row of four frozen
+                      [0.001, 0.002, 0.4, 0.5],      # spread 1: half frozen
+                      [0.3, 0.25, 0.35, 0.2]])       # spread 2: the largest median
+    stats = saturation_stats(norms)
+    np.testing.assert_allclose(stats["median"], [0.15, 0.201, 0.275])
+    np.testing.assert_allclose(stats["frozen"], [0.25, 0.5, 0.0])
+    assert stats["peak"] == 2
+    assert saturation_stats(norms, threshold=0.25)["frozen"].tolist() == [0.75, 0.5, 0.25]
+    real = jacobian_norm_by_scale(np.array([1.0, 3.0, 22.5]), n=500)
+    stats = saturation_stats(real)
+    np.testing.assert_array_equal(stats["median"], np.median(real, axis=1))
+    assert stats["peak"] == 1 and stats["frozen"][0] == 0 and stats["frozen"][2] > 0.5
+    with pytest.raises(ValueError, match=r"norms: expected shape \[S, n\]"):
+        saturation_stats(np.ones(3))
+    with pytest.raises(ValueError, match="norms"):
+        saturation_stats(-np.ones((2, 2)))
 
 
 def test_scaled_scores_divide_by_sqrt_dk():

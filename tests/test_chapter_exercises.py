@@ -138,6 +138,10 @@ def test_no_answer_appears_before_its_question(path):
             fragments = _fragments(exercise.reference)
             if exercise.given is not None:
                 fragments -= {_squash(f) for f in _fragments(exercise.given)}
+        else:               # a predicted value: it must not be printed or written above
+            ref = exercise.reference
+            fragments = {_squash(repr(ref))} | ({f"{ref:,}"} if isinstance(ref, int) else set())
+            fragments = {f for f in fragments if len(f) >= 4}   # long enough to mean it
         name = getattr(exercise.reference, "__name__", None)
         for i, cell in enumerate(cells[:solution_at]):
             text = _source(cell) + "\n" + _outputs_text(cell)

@@ -45,9 +45,17 @@ def base(tmp_path) -> list[str]:
     (["--max-steps", "0"], "--max-steps: expected a positive number of steps, got 0"),
     (["--device", "nonsense"], "--device: expected one of cpu, cuda, cuda:N or mps, got "
                                "'nonsense'"),
+    (["--sample", "5", "--top-k", "0"], "--top-k: expected a positive integer, got 0"),
+    (["--sample", "5", "--temperature", "-1"], "--temperature: expected >= 0"),
+    (["--sample", "-3"], "--sample: expected a number of characters >= 0, got -3"),
 ])
 def test_a_bad_flag_is_one_line_and_status_2(capsys, base, flags, says):
     assert says in _fails([*base, *flags], capsys)
+
+
+def test_top_k_above_the_vocabulary_is_one_line_after_training(capsys, base):
+    line = _fails([*base, "--max-steps", "1", "--sample", "5", "--top-k", "999"], capsys)
+    assert "--top-k: top_k: expected an integer in [1, V] = [1, 65], got 999" in line
 
 
 def test_cuda_asked_for_where_there_is_none(capsys, base, monkeypatch):

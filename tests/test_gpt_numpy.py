@@ -354,6 +354,11 @@ def test_generate_cached_gives_the_tokens_of_generate():
         generate_cached(params, prompt, TINY, 6)
     with pytest.raises(ValueError, match=r"rng: sampling with temperature > 0 needs"):
         generate_cached(params, prompt, TINY, 2, temperature=1.0)
+    # The same argument checks as generate (one check, so they cannot drift apart).
+    for bad, says in (({"top_k": 999, "temperature": 1.0}, r"top_k: expected an integer in "
+                       r"\[1, V\] = \[1, 13\]"), ({"temperature": -1.0}, "temperature")):
+        with pytest.raises(ValueError, match=says):
+            generate_cached(params, prompt, TINY, 2, rng=np.random.default_rng(0), **bad)
 
 
 def test_step_macs_counts_by_hand():
@@ -389,3 +394,7 @@ def test_sample_draws_by_the_cumulative_total_and_names_a_missing_generator():
         sample(probs, 0)
     with pytest.raises(ValueError, match=r"probs: expected shape \[\.\.\., V\], got \(\)"):
         sample(np.float64(1.0), np.random.default_rng(0))
+    for bad in ([0.0, 0.0, 0.0], [0.6, -0.5, 0.9], [0.5, np.nan, 0.5]):
+        with pytest.raises(ValueError, match=r"probs: expected finite numbers >= 0 with a "
+                                             r"positive sum"):
+            sample(np.array(bad), np.random.default_rng(0))

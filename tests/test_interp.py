@@ -113,8 +113,6 @@ def test_a_uniform_head_scores_the_baseline_and_a_previous_head_scores_one(monke
     assert np.allclose(previous.scores["self"], 1 / 12)           # only query 0 looks at itself
     assert [row[2] for row in previous.named()] == ["previous"] * SMALL.L * SMALL.h
     assert previous.queries["previous"] == 5 * 11 and previous.n_windows == 5
-    lines = previous.table()
-    assert len(lines) == 2 + SMALL.L * SMALL.h and "previous" in lines[0]
 
 
 def test_head_scores_without_a_tokenizer_and_bad_windows():
@@ -231,3 +229,14 @@ def test_trained_positions_are_alike_when_near(shipped):
     assert round(adjacent["trained"], 2) == 0.69              # neighbours point alike
     assert abs(adjacent["untrained"]) < 0.02                  # random rows: unrelated
     assert np.allclose(np.diag(sim["trained"]), 1.0)
+
+
+def test_role_words_name_every_role_and_match_how_it_is_measured():
+    # one description per role; "last space" counts any whitespace, so a newline can be it
+    assert set(interp.ROLE_WORDS) == set(interp.ROLES)
+    ids = np.array([[0, 1, 2, 1]])                  # "ab\nb" with 1 = "b", 2 = "\n"
+    targets, defined = interp.role_targets(ids, whitespace_ids=(2,), newline_ids=(2,))[
+        "last space"]
+    assert defined[0].tolist() == [False, False, True, True]
+    assert targets[0, 3].tolist() == [False, False, True, False]   # the newline at 2
+    assert "newline" in interp.ROLE_WORDS["last space"]

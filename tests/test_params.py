@@ -10,7 +10,9 @@ import torch
 
 from anatomy.params import (
     BABY_GPT,
+    BIAS_NAMES,
     GPT2_SMALL,
+    LINEAR_BIAS_NAMES,
     TOY,
     GPTConfig,
     block_params,
@@ -230,6 +232,16 @@ def test_counts_without_some_entries_explain_other_published_figures():
     assert count_params(c, without="b_qkv") == count_params(c, without=("b_qkv",))
     with pytest.raises(ValueError, match=r"without: unknown parameter name 'b_ln'"):
         count_params(c, without=("b_ln",))
+
+
+def test_bias_names_are_every_bias_and_shift_of_the_table():
+    short = {name.rsplit(".", 1)[-1] for name in param_shapes(GPT2_SMALL)}
+    assert set(BIAS_NAMES) == {n for n in short if n.startswith("b_") or n.endswith("_b")}
+    assert len(set(BIAS_NAMES)) == len(BIAS_NAMES) == 7
+    assert set(LINEAR_BIAS_NAMES) == {n for n in BIAS_NAMES if n.startswith("b_")}
+    assert count_params(GPT2_SMALL, without=LINEAR_BIAS_NAMES) == 124_356_864
+    assert count_params(GPT2_SMALL, without=BIAS_NAMES) == 124_337_664
+    assert count_params(BABY_GPT, without=("pos_emb", *BIAS_NAMES)) == 10_646_784
 
 
 def test_gpt1_sized_model_is_the_117m():

@@ -357,6 +357,8 @@ def test_similarity_by_gap_and_position_axis():
     assert share < 0.06 and order < 0.3
     with pytest.raises(ValueError, match=r"table: expected shape \[n, d\] with n >= 3"):
         position_axis(np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"table: every row is the same"):
+        position_axis(np.ones((5, 4)))
 
 
 def test_the_shipped_models_position_table_learned_distance():

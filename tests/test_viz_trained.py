@@ -136,10 +136,19 @@ def test_position_similarity_panels_draw_the_tables_and_their_gap_means():
         np.testing.assert_array_equal(ax.images[0].get_array(), table)
         assert ax.images[0].get_clim() == (-1.0, 1.0)
         assert ax.get_title().startswith(name)
+    plt.close(fig)
+    # the curve: the mean similarity of the pairs g apart, worked out by hand
+    hand = np.array([[1.0, 0.5, -0.2],
+                     [0.5, 1.0, 0.3],
+                     [-0.2, 0.3, 1.0]])
+    fig = draw_position_similarity({"hand": hand})
     curves = [ax for ax in fig.axes if ax.get_title() == "positions g apart, on average"][0]
-    for line, table in zip(curves.lines, tables.values(), strict=False):
-        np.testing.assert_allclose(line.get_ydata(),
-                                   [np.diagonal(table, g).mean() for g in range(6)])
+    np.testing.assert_allclose(curves.lines[0].get_xdata(), [0, 1, 2])
+    np.testing.assert_allclose(curves.lines[0].get_ydata(), [1.0, (0.5 + 0.3) / 2, -0.2])
+    plt.close(fig)
+    fig = draw_position_similarity({"hand": hand}, max_gap=1)
+    curves = [ax for ax in fig.axes if ax.get_title() == "positions g apart, on average"][0]
+    np.testing.assert_allclose(curves.lines[0].get_ydata(), [1.0, 0.4])
     plt.close(fig)
     with pytest.raises(ValueError, match="sim: expected a non-empty dict"):
         draw_position_similarity({})

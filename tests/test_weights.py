@@ -186,6 +186,19 @@ def test_a_garbled_sidecar_is_refused(tmp_path):
         load(NAME, folder=folder)
 
 
+@pytest.mark.parametrize("change, says", [
+    ({"V": 66}, r"does not fit the config in shakespeare-char.json: params\['tok_emb'\]"),
+    ({"d": "64"}, r"impossible config: cfg.d: expected a positive integer"),
+])
+def test_a_sidecar_config_that_does_not_fit_is_refused(tmp_path, change, says):
+    folder = _copy(tmp_path, ".npz", ".json")
+    meta = weights.info(NAME)
+    meta["config"].update(change)
+    (folder / f"{NAME}.json").write_text(json.dumps(meta))
+    with pytest.raises(WeightsError, match=says):
+        load(NAME, folder=folder)
+
+
 def test_make_refuses_a_record_step_it_cannot_record(capsys):
     with pytest.raises(SystemExit) as err:
         make_mod.main(["--steps", "2000", "--record-step", "75"])

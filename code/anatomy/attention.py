@@ -206,6 +206,24 @@ def jacobian_norm_by_scale(stds: np.ndarray, n_keys: int = 16, n: int = 1000,
     return norms
 
 
+def saturation_stats(norms: np.ndarray, threshold: float = 0.01) -> dict[str, np.ndarray]:
+    """Summarise the Jacobian norms of :func:`jacobian_norm_by_scale` at each spread.
+
+    "median": the median norm over the rows; "frozen": the share of rows whose norm is
+    below ``threshold``, saturated so hard that almost no gradient passes; "peak": the index
+    of the spread with the largest median.
+
+    Shapes: norms [S, n] -> median [S], frozen [S], peak (an index into S)
+    """
+    norms = np.asarray(norms, dtype=float)
+    check_shape(norms, "norms", "[S, n]")
+    if not np.all(np.isfinite(norms)) or np.any(norms < 0):
+        raise ValueError("norms: expected finite Jacobian norms >= 0")
+    median = np.median(norms, axis=-1)                            # [S, n] -> [S]
+    frozen = (norms < threshold).mean(axis=-1)                    # [S, n] -> [S]
+    return {"median": median, "frozen": frozen, "peak": int(np.argmax(median))}
+
+
 def _head_count(args: dict, sizes: dict) -> None:
     h = check_positive_int(args["h"], "h")
     if sizes["d"] % h:

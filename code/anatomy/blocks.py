@@ -19,17 +19,20 @@ import numpy as np
 
 from ._validate import check_keys, check_projection, check_shape, validated
 from .heads import cached_multi_head_attention, linear, multi_head_attention
+from .params import LINEAR_BIAS_NAMES
 
 # The weights one block reads, by their shape-table names (see anatomy.params).
 BLOCK_WEIGHTS = ("ln1_g", "ln1_b", "W_qkv", "W_o", "ln2_g", "ln2_b", "W_1", "W_2")
 # Biases may be left out (or None) for a bias-free block, as in many current models.
-BLOCK_BIASES = ("b_qkv", "b_o", "b_1", "b_2")
+BLOCK_BIASES = LINEAR_BIAS_NAMES
+# GPT-2's LayerNorm epsilon: layer_norm's default, and the PyTorch models' (gpt_torch).
+LN_EPS = 1e-5
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
 
 @validated
-def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = LN_EPS) -> np.ndarray:
     """Normalise each token's d features to mean 0, variance 1, then scale by g and shift by b.
 
     The statistics are over the last axis only, per token (Ba et al., 2016): normalising

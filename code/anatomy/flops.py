@@ -112,23 +112,51 @@ def forward_matmul_flops(cfg: GPTConfig, T: int, B: int = 1) -> int:
 
 
 @validated(where=_sized)
+def step_flops(cfg: GPTConfig, n: int, cached: bool, all_logits: bool = True
+               ) -> dict[str, int]:
+    """Matmul FLOPs, part by part, of the logits for the next token when the sequence holds
+    n tokens.
+
+    Without a cache, the whole window of n tokens is run again: every token's projections
+    and MLP, the full n x n score table (a dense masked pass computes the masked half too)
+    and, by default, the head for all n rows, as a training pass does. Choosing the next
+    token needs only the last row's logits: ``all_logits=False`` charges the head for that
+    one row. With a cache, only the newest token is projected; its query meets n keys, and
+    only its row goes through the head. Per part (LayerNorms, softmax and additions are a
+    rounding error next to these):
+
+    - "projections": W_qkv and W_o, 2 (3d^2 + d^2) per token and block;
+    - "attention": scores q . k and the weighted sum of values, 2d per (query, key) pair each;
+    - "mlp": W_1 and W_2, 4 d d_ff per token and block;
+    - "head": 2 d V per row of logits;
+    - "total": their sum.
+    """
+    d, L = cfg.d, cfg.L
+    rows = 1 if cached else n               # tokens pushed through the per-token layers
+    pairs = n if cached else n * n          # (query, key) pairs in the score table
+    head_rows = rows if all_logits else 1   # rows of logits computed
+    flops = {
+        "projections": L * (matmul_flops(rows, d, 3 * d) + matmul_flops(rows, d, d)),
+        "attention": L * 2 * matmul_flops(pairs, d, 1),   # summed over heads: h d_head = d
+        "mlp": L * (matmul_flops(rows, d, cfg.d_ff) + matmul_flops(rows, cfg.d_ff, d)),
+        "head": matmul_flops(head_rows, d, cfg.V),
+    }
+    flops["total"] = sum(flops.values())
+    return flops
+
+
 def cached_step_flops(cfg: GPTConfig, n: int) -> int:
     """Exact matmul FLOPs of generating one token with a KV cache, when its query sees n keys
     (the n - 1 cached ones and its own): its one row through every weight matrix and the
     head, plus q k^T and weights @ v against n keys in every layer (4 L n d)."""
-    one_row = forward_matmul_flops(cfg, 1)            # weights + head; attention over 1 key
-    return one_row + 4 * cfg.L * (n - 1) * cfg.d     # ... over n keys instead
+    return step_flops(cfg, n, cached=True)["total"]
 
 
-@validated(where=_sized)
 def uncached_step_flops(cfg: GPTConfig, n: int, all_logits: bool = False) -> int:
     """Exact matmul FLOPs of generating the token after a prefix of n without a cache: a dense
     forward pass over all n tokens. Sampling needs only the last row's logits, so the head
     runs once; ``all_logits=True`` counts the head on every row, as a training pass does."""
-    dense = forward_matmul_flops(cfg, n)              # head on all n rows
-    if all_logits:
-        return dense
-    return dense - (n - 1) * matmul_flops(1, cfg.d, cfg.V)
+    return step_flops(cfg, n, cached=False, all_logits=all_logits)["total"]
 
 
 @validated(where=_sized)

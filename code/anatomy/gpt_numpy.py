@@ -15,6 +15,7 @@ import numpy as np
 from ._validate import check_ids, check_keys, check_positive_int, check_shape, validated
 from .attention import softmax
 from .blocks import block_writes, gelu, layer_norm
+from .flops import step_flops
 from .params import GPTConfig, block_params, check_params, param_specs
 from .positions import learned_positions
 
@@ -230,6 +231,7 @@ def generate(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, 
     return ids
 
 
+@validated(where=_sampling_args)
 def generate_cached(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig,
                     n_new: int, temperature: float = 0.0, top_k: int | None = None,
                     rng: np.random.Generator | None = None) -> np.ndarray:
@@ -243,15 +245,9 @@ def generate_cached(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTC
     Shapes: ids [T] or [B, T] -> [T + n_new] or [B, T + n_new]   (T + n_new <= ctx)
     """
     ids = check_ids(ids, cfg.V, cfg.ctx)
-    n_new = check_positive_int(n_new, "n_new")
     if ids.shape[-1] + n_new > cfg.ctx:
         raise ValueError(f"n_new: T + n_new = {ids.shape[-1]} + {n_new} exceeds ctx={cfg.ctx} "
                          "(a KV cache cannot slide a learned position table; use generate)")
-    if not temperature >= 0:
-        raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {temperature!r}")
-    if temperature > 0 and not isinstance(rng, np.random.Generator):
-        raise ValueError("rng: sampling with temperature > 0 needs a np.random.Generator, "
-                         f"got {rng!r}")
     logits, cache = forward_cached(params, ids, cfg)           # prefill: [..., T, V]
     for step in range(n_new):
         last = logits[..., -1, :]                              # [..., V]
@@ -291,12 +287,18 @@ def next_token_distribution(logits: np.ndarray, temperature: float = 1.0,
     return softmax(logits / temperature)                       # [..., V]
 
 
-def _generator(args: dict, sizes: dict) -> None:
+def _distribution(args: dict, sizes: dict) -> None:
+    """The ``where=`` check of :func:`sample`: rows of probabilities, and a generator."""
+    probs = np.asarray(args["probs"], dtype=float)
+    if not (np.all(np.isfinite(probs)) and np.all(probs >= 0)
+            and np.all(probs.sum(axis=-1) > 0)):
+        raise ValueError("probs: expected finite numbers >= 0 with a positive sum in every "
+                         "row [..., V]")
     if not isinstance(args["rng"], np.random.Generator):
         raise ValueError(f"rng: expected a np.random.Generator, got {args['rng']!r}")
 
 
-@validated(where=_generator)
+@validated(where=_distribution)
 def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One draw per row: the first token whose running total passes a uniform number.
 
@@ -313,39 +315,21 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def step_macs(cfg: GPTConfig, T: int, cached: bool, all_logits: bool = True
               ) -> dict[str, int]:
-    """Multiply-adds spent on the logits for the next token when the sequence holds T tokens.
+    """Multiply-adds spent on the logits for the next token when the sequence holds T tokens:
+    half of :func:`anatomy.flops.step_flops` (one multiply-add is two FLOPs), part by part.
 
-    Without a cache, the whole window of T tokens is run again, as :func:`generate` does:
-    every token's projections and MLP, the full T x T score table (this implementation
-    computes the masked half too) and, by default, the head for all T rows, which is what
-    ``forward`` computes. Choosing the next token needs only the last row's logits:
-    ``all_logits=False`` charges the head for that one row. With a cache, only the newest
-    token is projected; its query meets T keys, and only its row goes through the head.
-    Counted per part (LayerNorms, softmax and additions are a rounding error next to these):
-
-    - "projections": W_qkv and W_o, (3d^2 + d^2) per token and block;
-    - "attention": scores q . k and the weighted sum of values, d per (query, key) pair each;
-    - "mlp": W_1 and W_2, 2 d d_ff per token and block;
-    - "head": d V per row of logits;
-    - "total": their sum.
+    Without a cache, the whole window of T tokens is run again, as :func:`generate` does, the
+    head by default on all T rows, as ``forward`` computes them (``all_logits=False``: the
+    last row only, all that choosing the next token needs). With a cache, as
+    :func:`generate_cached` does, only the newest token is projected; its query meets T keys.
+    Parts: "projections", "attention", "mlp", "head" and their "total".
 
     Shapes: -> counts for one new token, every block included
     """
     T = check_positive_int(T, "T")
     if T > cfg.ctx:
         raise ValueError(f"T: T={T} exceeds ctx={cfg.ctx}")
-    d, L = cfg.d, cfg.L
-    rows = 1 if cached else T               # tokens pushed through the per-token layers
-    pairs = T if cached else T * T          # (query, key) pairs in the score table
-    head_rows = rows if all_logits else 1   # rows of logits computed
-    counts = {
-        "projections": L * rows * (3 * d * d + d * d),
-        "attention": L * 2 * pairs * d,     # summed over heads: h * d_head = d
-        "mlp": L * rows * 2 * d * cfg.d_ff,
-        "head": head_rows * d * cfg.V,
-    }
-    counts["total"] = sum(counts.values())
-    return counts
+    return {part: n // 2 for part, n in step_flops(cfg, T, cached, all_logits).items()}
 
 
 # ---------------------------------------------------------------- Hugging Face GPT-2 weights

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.blocks import LN_EPS  # GPT-2's LayerNorm epsilon, as in the NumPy model
 from anatomy.masks import causal_mask
 from anatomy.params import GPTConfig, check_params
 
-LN_EPS = 1e-5  # GPT-2's LayerNorm epsilon, the same as the NumPy model's
 ATTN_KINDS = ("sdpa", "explicit")
 
 

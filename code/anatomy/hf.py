@@ -21,7 +21,6 @@ Shapes: prompt ids [T] -> logits [T, V]; text ids [N] -> windows of <= ctx -> bi
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -146,8 +145,8 @@ def compare_with_hf(model, tokenizer, prompt: str = "ROMEO:", n_new: int = 10,
     next-token logits after ``prompt``, all V of them), "same_argmax", "continuation" (the
     NumPy model's greedy ``n_new`` tokens, decoded), and, when ``text`` is given, "n_chars"
     and "bits_per_char": {"gpt2": ..., char_model: ...} over the characters of ``text``
-    after its first token (the shipped character model is scored on the same characters
-    after the first; None leaves it out).
+    after its first token (the shipped character model is scored on the same characters;
+    None leaves it out).
 
     Shapes: prompt ids [T] (T <= ctx) -> logits [V]; text ids [N] -> scalar per model
     """
@@ -168,13 +167,16 @@ def compare_with_hf(model, tokenizer, prompt: str = "ROMEO:", n_new: int = 10,
         text_ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
         if len(text_ids) < 2:
             raise ValueError(f"text: expected at least 2 tokens, got {len(text_ids)}")
-        chars = len(text) - len(tokenizer.decode(text_ids[:1].tolist()))
-        bpc = {"gpt2": total_nats(params, text_ids, cfg) / math.log(2) / chars}
+        from .weights import bits, load
+
+        first = max(len(tokenizer.decode(text_ids[:1].tolist())), 1)   # token 0's chars
+        chars = len(text) - first                  # the characters GPT-2 predicts
+        bpc = {"gpt2": bits(total_nats(params, text_ids, cfg) / chars)}
         if char_model is not None:
-            from .weights import load
             p, c, tok = load(char_model)
-            char_ids = np.asarray(tok.encode(text))
-            bpc[char_model] = total_nats(p, char_ids, c) / math.log(2) / (len(text) - 1)
+            # Start one character before them, so it predicts exactly those characters.
+            char_ids = np.asarray(tok.encode(text[first - 1:]))
+            bpc[char_model] = bits(total_nats(p, char_ids, c) / chars)
         out.update(n_chars=len(text), bits_per_char=bpc)
     return out
 

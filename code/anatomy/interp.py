@@ -28,29 +28,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validate import check_ids, check_shape
+from .blocks import LN_EPS
 from .gpt_numpy import forward
 from .params import GPTConfig, init_params
-
-# The final LayerNorm's epsilon: the default of anatomy.blocks.layer_norm, which forward uses.
-_LN_EPS = 1e-5
 
 ROLES = ("previous", "self", "first", "word start", "last space", "line start",
          "last newline", "same char", "induction")
 _TEXT_ROLES = ("word start", "last space", "line start", "last newline")   # need a tokenizer
-ROLE_TEXT = {
-    "previous": "the previous character (t - 1)",
-    "self": "its own position (t)",
-    "first": "the window's first character (position 0), for t >= 2",
-    "word start": "the first character of the current word (after the last space or "
-                  "newline), where that is before t - 1",
-    "last space": "the latest space or newline at or before t (the gap in front of the "
-                  "current word)",
-    "line start": "the first character of the current line (after the last newline), "
-                  "where that is before t - 1",
-    "last newline": "the latest newline at or before t (the end of the line before)",
-    "same char": "earlier copies of the current character, before t - 1",
-    "induction": "the characters that followed earlier copies of the current character, "
-                 "before t - 1",
+# A few words for each role of ROLES, as in "puts 0.55 on <the previous character>". The
+# "last space" role counts any whitespace, so its key may be a newline.
+ROLE_WORDS = {
+    "previous": "the previous character",
+    "self": "itself",
+    "first": "the window's first character",
+    "word start": "the start of its word",
+    "last space": "the latest space or newline",
+    "line start": "the start of its line",
+    "last newline": "the latest newline",
+    "same char": "earlier copies of itself",
+    "induction": "what followed earlier copies",
 }
 
 
@@ -159,19 +155,6 @@ class HeadScores:
                     found.append((layer, head, role, score, base))
         return sorted(found, key=lambda row: -row[3])
 
-    def table(self, digits: int = 2) -> list[str]:
-        """One line per (layer, head): its score on every role, then the uniform baseline."""
-        L, h = next(iter(self.scores.values())).shape
-        roles = list(self.scores)
-        lines = ["layer head  " + "  ".join(f"{r:>10}" for r in roles)]
-        for layer in range(L):
-            for head in range(h):
-                lines.append(f"{layer:>5} {head:>4}  " + "  ".join(
-                    f"{self.scores[r][layer, head]:>10.{digits}f}" for r in roles))
-        lines.append("  uniform  " + " " + "  ".join(f"{self.uniform[r]:>10.{digits}f}"
-                                                     for r in roles))
-        return lines
-
 
 def head_scores(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig,
                 tokenizer=None, batch: int = 64) -> HeadScores:
@@ -261,7 +244,7 @@ def direct_logit_attribution(params: Mapping[str, np.ndarray], ids: np.ndarray,
         pieces[f"blocks.{i}.attn"] = trace[f"blocks.{i}.attn"][pos]             # [d]
         pieces[f"blocks.{i}.mlp"] = trace[f"blocks.{i}.mlp"][pos]               # [d]
     stream = trace[f"blocks.{cfg.L - 1}.out"][pos]                              # [d]
-    scale = 1.0 / np.sqrt(stream.var() + _LN_EPS)          # frozen, from the real stream
+    scale = 1.0 / np.sqrt(stream.var() + LN_EPS)          # frozen, from the real stream
     unembed = (p["tok_emb"] if cfg.tied else p["head"])[target]                  # [d]
     read = p["lnf_g"] * scale * unembed                    # [d]: what one unit of a piece is worth
     out = {name: float((c - c.mean()) @ read) for name, c in pieces.items()}    # [d] @ [d]

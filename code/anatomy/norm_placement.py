@@ -31,11 +31,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .blocks import LN_EPS
 from .params import GPTConfig, block_params, init_params
 
 PLACEMENTS = ("pre", "post")
 INITS = ("fan_in", "gpt2")
-LN_EPS = 1e-5
 
 
 class GradProfile(NamedTuple):

@@ -80,6 +80,12 @@ _BLOCK_SPECS = {
 _FINAL_SPECS = {"lnf_g": "[d]", "lnf_b": "[d]"}
 _HEAD_SPECS = {"head": "[V, d]"}     # only when untied; stored like tok_emb
 
+# The shape table's biases by short name: the four of the linear layers, then the LayerNorms'
+# shifts. ``count_params(cfg, without=BIAS_NAMES)`` counts the same model built without any
+# bias, as nanoGPT's ``bias=False`` builds it.
+LINEAR_BIAS_NAMES = ("b_qkv", "b_o", "b_1", "b_2")
+BIAS_NAMES = (*LINEAR_BIAS_NAMES, "ln1_b", "ln2_b", "lnf_b")
+
 
 def param_specs(cfg: GPTConfig) -> dict[str, str]:
     """Every parameter's name and its shape in letters, e.g. "blocks.0.W_qkv": "[d, 3d]"."""

@@ -224,6 +224,9 @@ def position_axis(table: np.ndarray) -> tuple[float, float]:
     """
     centred = table - table.mean(axis=0)                       # [n, d]
     _, s, vt = np.linalg.svd(centred, full_matrices=False)     # vt [min(n, d), d]
+    if not np.sum(s ** 2) > 0:
+        raise ValueError("table: every row is the same, so there is no direction to find "
+                         "(expected rows that differ)")
     coord = centred @ vt[0]                                    # [n, d] @ [d] -> [n]
     share = s[0] ** 2 / np.sum(s ** 2)
     order = abs(np.corrcoef(coord, np.arange(len(table)))[0, 1])

@@ -391,8 +391,9 @@ def expect_close(got, want, *, case: str, name: str = "the result", atol: float 
     if excess.size and excess.max() > 0:
         at = np.unravel_index(int(np.argmax(excess)), excess.shape)
         where = f"{name}[{', '.join(map(str, at))}]" if arr.ndim else name
-        raise Wrong(f"on {case}, {where} is {arr[at]:.4g} but should be {want[at]:.4g}"
-                    + (f": {hint}" if hint else ""))
+        off, allowed = abs(float(arr[at]) - float(want[at])), atol + rtol * abs(float(want[at]))
+        raise Wrong(f"on {case}, {where} is {arr[at]:.6g} but should be {want[at]:.6g} (off "
+                    f"by {off:.2g}, allowed {allowed:.2g})" + (f": {hint}" if hint else ""))
     return arr
 
 
@@ -413,9 +414,13 @@ def int_set(answer, *, what: str, example: str) -> set[int]:
     if isinstance(answer, (str, bytes)):
         raise Wrong(f"{form}, not the text {answer!r}")
     try:
-        return {int(i) for i in answer}
+        items = list(answer)
+        whole = {int(i) for i in items}
     except (TypeError, ValueError):
         raise Wrong(form) from None
+    if any(i != int(i) for i in items):
+        raise Wrong(f"{form}: whole numbers only, got {sorted(map(float, items))}")
+    return whole
 
 
 def random_leading(rng: np.random.Generator, max_axes: int = 2, max_size: int = 3

@@ -236,22 +236,22 @@ register(Exercise(
 # ---- 7.3 which changes move N? (predict) ---------------------------------------------------
 
 _CHANGES = {
-    "a": ("feeding a longer input (T from 512 to 1,024)", False,
-          "no parameter has T in its shape; the position table has ctx rows however many a "
-          "sequence uses"),
-    "b": ("a larger batch (B from 8 to 16)", False,
-          "the batch is how many sequences go through the same weights at once"),
-    "c": ("twice the heads with d fixed (h from 12 to 24)", False,
+    "a": ("twice the heads with d fixed (h from 12 to 24)", False,
           "W_qkv stays [d, 3d] and W_o [d, d]; more heads only cut each into narrower "
           "slices (d_head = d / h halves)"),
-    "d": ("twice the context (ctx from 1,024 to 2,048)", True,
+    "b": ("twice the context (ctx from 1,024 to 2,048)", True,
           "the learned position table is [ctx, d]: ctx x d more parameters"),
-    "e": ("a wider MLP (d_ff from 4d to 8d)", True,
+    "c": ("ReLU in the MLP instead of GELU", False,
+          "an activation function is applied elementwise and has no weights of its own"),
+    "d": ("a wider MLP (d_ff from 4d to 8d)", True,
           "W_1 [d, d_ff], b_1 [d_ff] and W_2 [d_ff, d] all grow with d_ff"),
-    "f": ("untying the head", True,
-          "an untied head is its own [V, d] matrix: V x d more parameters"),
-    "g": ("generating with a KV cache", False,
-          "the cache holds activations (keys and values of past tokens), not parameters"),
+    "e": ("no causal mask (every token sees every other)", False,
+          "the mask decides which scores are kept; it is computed, not learned"),
+    "f": ("a larger vocabulary (V from 50,257 to 100,000)", True,
+          "the token table, which is also the tied head, is [V, d]: V x d grows with V"),
+    "g": ("training with AdamW instead of plain SGD", False,
+          "AdamW keeps two running averages per weight, but they are optimizer state, "
+          "not parameters of the model"),
 }
 _MOVES = frozenset(k for k, (_, moves, _) in _CHANGES.items() if moves)
 
@@ -286,17 +286,19 @@ register(Exercise(
     id="7.3",
     title="Which changes move N?",
     kind="predict",
-    reference=_Letters({"d", "e", "f"}),
+    reference=_Letters({"b", "d", "f"}),
     diagnose=_diagnose_moves,
-    success="d, e and f: only the shape table's sizes (ctx, d_ff, an untied head) move N",
-    explain="d, e and f. N is the sum of the shape table, whose entries are sized by V, ctx, "
-            "d, L and d_ff (and a head if untied). T, B and the cache size the activations, "
-            "not the weights; h only decides how d is cut into heads.",
-    wrong_answers=(({"c", "d", "e", "f"}, "c, twice the heads"),
-                   ({"e", "f"}, "d, twice the context"),
-                   ({"a", "d", "e", "f"}, "a, feeding a longer input"),
-                   ("def", "answer with a set"),
-                   ({"d", "e", "f", "z"}, "no change 'z'")),
+    success="b, d and f: only the shape table's sizes (ctx, d_ff, V) move N",
+    explain="b, d and f. N is the sum of the shape table, whose entries are sized by V, ctx, "
+            "d, L and d_ff (and a head if untied). The activation function and the mask have "
+            "no weights, AdamW's running averages are optimizer state, and h only decides how "
+            "d is cut into heads.",
+    wrong_answers=(({"a", "b", "d", "f"}, "a, twice the heads"),
+                   ({"d", "f"}, "b, twice the context"),
+                   ({"b", "d", "f", "g"}, "g, training with AdamW"),
+                   ({"b", "d"}, "f, a larger vocabulary"),
+                   ("bdf", "answer with a set"),
+                   ({"b", "d", "f", "z"}, "no change 'z'")),
 ))
 
 # ---- 7.4 a PyTorch count that comes out too large (debug) ---------------------------------

@@ -808,7 +808,7 @@ def _diagnose_forward(fn, rng) -> None:
         got = as_array(run(fn, params, ids, cfg, case=case), case=case, name="the logits")
         want = forward(params, ids, cfg)
         got = expect_shape(got, want.shape, case=case, name="the logits")
-        if np.allclose(got, want, rtol=1e-6, atol=1e-8):
+        if np.allclose(got, want, rtol=1e-4, atol=1e-5):     # float32 passes are right too
             continue
         for switches, why in _KNOWN_SLIPS:
             if np.allclose(got, _variant(params, ids, cfg, **switches), atol=1e-8):
@@ -816,7 +816,7 @@ def _diagnose_forward(fn, rng) -> None:
         if not cfg.tied and np.allclose(got, _variant(params, ids, _tied(cfg)), atol=1e-8):
             raise Wrong(f"on {case}, your logits use tok_emb as the head; when cfg.tied is "
                         "False the head is its own matrix, params['head'] [V, d]")
-        expect_close(got, want, case=case, name="the logits", rtol=1e-6, atol=1e-8)
+        expect_close(got, want, case=case, name="the logits", rtol=1e-4, atol=1e-5)
 
 
 def _forward_battery(rng):

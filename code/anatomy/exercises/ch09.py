@@ -58,7 +58,7 @@ def _rate(fn, step: int, cfg: TrainConfig, case: str) -> float:
 
 
 def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)   # a float32 schedule is right
 
 
 def _schedules(rng) -> list[tuple[str, TrainConfig, list[int]]]:

@@ -153,6 +153,17 @@ def _check_paths(args) -> Path | None:
     return saved
 
 
+def _check_sampling(args) -> None:
+    """Refuse bad sampling flags before training, not after it (top_k > V is caught by
+    ``sample`` at the end, once the vocabulary is known)."""
+    if args.sample < 0:
+        _error(f"--sample: expected a number of characters >= 0, got {args.sample}")
+    if args.temperature < 0:
+        _error(f"--temperature: expected >= 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        _error(f"--top-k: expected a positive integer, got {args.top_k}")
+
+
 def _config(args, device: torch.device | None, saved: Path | None) -> TrainConfig | None:
     try:
         changes = parse_overrides(args.set)
@@ -163,6 +174,7 @@ def _config(args, device: torch.device | None, saved: Path | None) -> TrainConfi
             changes[field] = getattr(args, field)
     if args.max_steps is not None and args.max_steps < 1:
         _error(f"--max-steps: expected a positive number of steps, got {args.max_steps}")
+    _check_sampling(args)
     if args.resume and args.preset is None and not args.set:
         if not changes:
             return None                  # take everything from the checkpoint...
@@ -213,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
             gen = torch.Generator().manual_seed(0)
             vocab = history.tokenizer.vocab         # a text of your own may lack "\n"
             prompt = "\n" if "\n" in vocab else vocab[0]
-            print(sample(history.model, history.tokenizer, prompt, args.sample,
-                         temperature=args.temperature, top_k=args.top_k, generator=gen))
+            try:
+                print(sample(history.model, history.tokenizer, prompt, args.sample,
+                             temperature=args.temperature, top_k=args.top_k, generator=gen))
+            except ValueError as err:       # --top-k above this text's vocabulary
+                _error(f"--top-k: {err}")
     return 0
 
 

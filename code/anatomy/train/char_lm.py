@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from anatomy._validate import validated
+from anatomy._validate import check_positive_int, validated
 from anatomy.data import CharTokenizer, get_batch
 from anatomy.gpt_torch import GPT, configure_optimizer
 from anatomy.params import GPTConfig
@@ -21,9 +21,7 @@ from anatomy.train.step import train_step
 
 
 def _positive_steps(args: dict, sizes: dict) -> None:
-    steps = args["steps"]
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    check_positive_int(args["steps"], "steps")
 
 
 @validated(where=_positive_steps)

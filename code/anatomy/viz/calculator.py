@@ -230,3 +230,28 @@ def memory_figure(configs: dict[str, GPTConfig], lengths: Sequence[int] = (256, 
     axes[-1].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def kv_cache_figure(cfg: GPTConfig = GPT2_SMALL, batches: Sequence[int] = (1, 8, 64),
+                    bytes_per_value: int = 2, name: str = "GPT-2 small"):
+    """The KV cache against the weights, both in the same number format (fp16 by default):
+    one line per batch size over T = 1 to ctx, and the weights as a dashed line, on log axes.
+
+    Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    lengths = range(1, cfg.ctx + 1)
+    mib = 2**20
+    label = {2: "fp16", 4: "fp32"}.get(bytes_per_value, f"{bytes_per_value} bytes")
+    fig, ax = plt.subplots(figsize=(5.6, 3.0))
+    for B in batches:
+        cache = [kv_cache_bytes(cfg, T, B, bytes_per_value) / mib for T in lengths]
+        ax.plot(lengths, cache, label=f"KV cache, B = {B}")
+    ax.axhline(weight_bytes(cfg, bytes_per_value) / mib, color="k", ls="--", label="weights")
+    ax.set(xscale="log", yscale="log", xlabel="T (tokens per sequence)",
+           ylabel=f"MiB ({label})",
+           title=f"{name}: KV cache [2, L, B, T, d] vs weights [N]")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._validate import check_positive_int
 from ..heads import multi_head_attention
+from ..interp import ROLE_WORDS
 from .common import figure_png, show_lab
 
 
@@ -105,13 +106,6 @@ def heads_lab(X: np.ndarray, W_qkv: np.ndarray, tokens: Sequence[str], h: int = 
 
 
 # ---- chapter 4: which trained heads have a job you can name -------------------------------
-
-# A few words for each role of anatomy.interp.ROLES: "puts 0.55 on <the previous character>".
-ROLE_WORDS = {"previous": "the previous character", "self": "itself",
-              "first": "the window's first character", "word start": "the start of its word",
-              "last space": "the latest space", "line start": "the start of its line",
-              "last newline": "the latest newline", "same char": "earlier copies of itself",
-              "induction": "what followed earlier copies"}
 
 
 def describe_heads(scores, min_score: float = 0.4, min_ratio: float = 5.0) -> list[str]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..interp import cosine_similarity
 from ..positions import rope, sinusoidal
 from .common import figure_png, show_lab
 
@@ -32,15 +33,13 @@ def position_similarity(scheme: str, n_pos: int = 64, d: int = 16, seed: int = 0
         raise ValueError(f"scheme: expected one of {SCHEMES}, got {scheme!r}")
     rng = np.random.default_rng(seed)
     if scheme == "sinusoidal":
-        rows = cols = sinusoidal(n_pos, d)                       # [n_pos, d]
+        rows = sinusoidal(n_pos, d)                              # [n_pos, d]
     elif scheme == "RoPE":
         x = rng.standard_normal(d)                               # [d]: one content vector
-        rows = cols = rope(np.tile(x, (n_pos, 1)))               # [n_pos, d]: x at 0..n_pos-1
+        rows = rope(np.tile(x, (n_pos, 1)))                      # [n_pos, d]: x at 0..n_pos-1
     else:
-        rows = cols = rng.normal(0.0, 0.02, (n_pos, d))          # [n_pos, d]
-    rows = rows / np.linalg.norm(rows, axis=-1, keepdims=True)   # unit rows, [n_pos, d]
-    cols = cols / np.linalg.norm(cols, axis=-1, keepdims=True)
-    return rows @ cols.T                                         # [n_pos, d] @ [d, n_pos]
+        rows = rng.normal(0.0, 0.02, (n_pos, d))                 # [n_pos, d]
+    return cosine_similarity(rows)                               # [n_pos, d] -> [n_pos, n_pos]
 
 
 def draw_sinusoidal_table(pe: np.ndarray):

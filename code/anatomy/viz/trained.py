@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..positions import similarity_by_gap
+
 # What a space and a newline look like on an axis (both glyphs are in DejaVu Sans,
 # matplotlib's default font).
 MARKS = {" ": "\u2423", "\n": "\u21b5"}
@@ -169,8 +171,8 @@ def draw_position_similarity(sim: Mapping[str, np.ndarray], max_gap: int | None 
         ax.set_xlabel("position m", fontsize=8)
         ax.set_ylabel("position p", fontsize=8)
         ax.tick_params(labelsize=7)
-        # [n, n] -> the mean of each diagonal: the mean similarity of positions g apart
-        means = [np.diagonal(table, g).mean() for g in gaps]
+        # [n, n] -> [len(gaps)]: the mean similarity of the pairs g apart
+        means = similarity_by_gap(table, [(g, g) for g in gaps])
         axes[-1].plot(gaps, means, "-o", markersize=2.5, linewidth=1, label=name)
     fig.colorbar(image, ax=axes[:-1], fraction=0.04)
     axes[-1].axhline(0, color="grey", linewidth=0.5)

@@ -123,6 +123,9 @@ def load(name: str = DEFAULT, *, folder: str | Path | None = None,
     except (KeyError, TypeError) as err:
         raise WeightsError(f"{folder / (name + '.json')}: sidecar lacks or garbles the field "
                            f"{err}; {_REMAKE}") from None
+    except ValueError as err:                   # a config GPTConfig refuses
+        raise WeightsError(f"{folder / (name + '.json')}: impossible config: {err}; "
+                           f"{_REMAKE}") from None
     if not npz.is_file():
         raise FileNotFoundError(f"name={name!r}: the weights file {npz} is missing; {_REMAKE}")
     got = file_sha256(npz)
@@ -131,7 +134,11 @@ def load(name: str = DEFAULT, *, folder: str | Path | None = None,
                            f"{name}.json), got {got}; {_REMAKE}")
     with np.load(npz, allow_pickle=False) as f:
         arrays = {key: f[key] for key in f.files}
-    check_params(arrays, cfg)                   # every name of the table, right shapes
+    try:
+        check_params(arrays, cfg)               # every name of the table, right shapes
+    except ValueError as err:
+        raise WeightsError(f"{npz} does not fit the config in {name}.json: {err}; "
+                           f"{_REMAKE}") from None
     if tokenizer.vocab_size != cfg.V:
         raise WeightsError(f"{name}.json: vocabulary of {tokenizer.vocab_size} characters "
                            f"but cfg.V = {cfg.V}; {_REMAKE}")

@@ -45,7 +45,7 @@ from anatomy.gpt_torch import GPT, to_numpy_params
 from anatomy.params import count_params, param_shapes
 from anatomy.text import SHA256, CharTokenizer, load_text, sha256_of, split
 from anatomy.train import PRESETS, TrainConfig, train
-from anatomy.weights import DEFAULT, FOLDER, file_sha256, params_digest, window_loss
+from anatomy.weights import DEFAULT, FOLDER, file_sha256, params_digest, window_loss, windows
 
 FORMAT = 1
 RECORD_STEP = 200
@@ -184,9 +184,8 @@ def torch_window_loss(model: GPT, ids: np.ndarray, batch: int = 128) -> float:
 
     Shapes: ids [N] -> windows [N // ctx, ctx] -> scalar
     """
-    ctx = model.cfg.ctx
-    n = len(ids) // ctx
-    rows = torch.from_numpy(np.asarray(ids[: n * ctx], dtype=np.int64)).view(n, ctx)
+    rows = torch.from_numpy(windows(np.asarray(ids, dtype=np.int64), model.cfg.ctx))
+    n = len(rows)                                              # [n, ctx]
     model.eval()
     total = 0.0
     for start in range(0, n, batch):
