@@ -619,8 +619,10 @@ def _same_move(new_a, new_b, p) -> bool:
 
 def _explain_weights(got_p, p, g, m, v, t, hyper, want_p, case) -> None:
     if not np.all(np.isfinite(got_p)):
-        raise Wrong(f"on {case}, p contains nan or inf: a weight whose gradients have all "
-                    "been 0 has m = v = 0, and 0 / 0 is nan. Add eps to sqrt(v_hat)")
+        raise Wrong(f"on {case}, p contains nan or inf. Two usual causes: a bias "
+                    "correction that divides by 0 (1 - b1^t with t counted from 0; the "
+                    "first update has t = 1), or eps left out of sqrt(v_hat) + eps, so that "
+                    "a weight whose gradients have all been 0 (m = v = 0) gets 0 / 0")
     if _same_move(got_p, want_p, p):
         return
     for name, candidate in _step_variants(p, g, m, v, t, **hyper).items():
