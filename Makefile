@@ -1,6 +1,8 @@
 # Transformer Anatomy: every command a reader or contributor needs.
 #   make book    create .venv, install the pinned stack and the package, build the HTML
-#   make test    everything CI checks: lint, unit tests, strict nbval, the book build
+#   make test    everything CI checks: lint, unit tests, strict nbval (on this CPU's kernels
+#                and on another family's), the book build; ends with seconds per stage
+#   make test-fast  the unit tests without the slow ones: a contributor's loop
 #   make record  re-execute every chapter in place, re-recording its outputs
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -22,13 +24,20 @@ export MKL_NUM_THREADS ?= 1
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with .ci/nbval-sanitize.cfg
+# Both cores: the notebooks are shared between two workers, a whole notebook to each.
+NBVAL_RUN := $(BIN)/python -m pytest $(NBVAL) -n 2 --dist loadfile chapters -q
+# The recorded outputs must hold on other CPUs too: the same run under another kernel family
+# (torch's ATEN_CPU_CAPABILITY, MKL_CBWR, OPENBLAS_CORETYPE, NumPy's NPY_DISABLE_CPU_FEATURES),
+# each switch checked to have taken effect (.ci/kernels.py).
+KERNELS_OTHER := $(BIN)/python .ci/kernels.py run --
 
-.PHONY: help venv book book-student test lint unit nbval build links colab-check browser-check \
-	record sync clean
+.PHONY: help venv book book-student test test-fast lint unit nbval nbval-other build links \
+	colab-check browser-check record sync clean
 
 help:
 	@echo "make book    build the HTML book into _build/html (creates .venv on first use)"
-	@echo "make test    lint + unit tests + strict nbval + book build (what CI runs)"
+	@echo "make test    lint + unit tests + strict nbval on two kernel families + book build (CI)"
+	@echo "make test-fast   the unit tests without those marked slow (a few minutes)"
 	@echo "make record  re-execute the chapters in place to re-record their outputs"
 	@echo "make lint    ruff (with bugbear) over code, tests, bench and chapters"
 	@echo "make sync    rewrite each chapter's setup cell from _config.yml"
@@ -58,10 +67,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -n 2
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -q -n 2 -m "not slow"
 
 nbval: $(STAMP)
-	$(BIN)/python -m pytest $(NBVAL) chapters -q
+	$(NBVAL_RUN)
+
+nbval-other: $(STAMP)
+	$(KERNELS_OTHER) $(NBVAL_RUN)
 
 book-student: $(STAMP)
 	$(BIN)/python .ci/student_edition.py
@@ -82,8 +97,9 @@ browser-check: $(STAMP)
 	  echo "browser-check: SKIPPED (no Chromium here; CI installs it and runs this check)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 
-test: lint unit nbval build links book-student colab-check browser-check
-	@echo "make test: all checks passed"
+test: $(STAMP)
+	@$(BIN)/python .ci/stages.py lint unit nbval nbval-other build links book-student \
+	  colab-check browser-check
 
 record: $(STAMP)
 	$(BIN)/python .ci/record.py $(CHAPTERS)

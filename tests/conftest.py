@@ -122,3 +122,28 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "mutation test: mutants per exercise")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+# Over about 20 s on one free core each (measured with --durations): left out of `make
+# test-fast`, run by `make test`. By node id prefix, so a parametrised case can be named.
+SLOW = (
+    "test_weights.py::test_first_steps_of_the_make_command_reproduce_the_record",
+    "test_weights.py::test_numpy_val_loss_is_the_recorded_one",
+    "test_train.py::test_torch_compile_gives_the_eager_losses_and_plain_checkpoints",
+    "test_train.py::test_torchrun_two_processes_follow_the_single_process_curve",
+    "test_checkpoint.py::test_killed_run_resumes_to_bit_identical_weights",
+    "test_exercises.py::test_known_wrong_answers_fail_with_their_message[9.C]",
+    "test_exercises.py::test_reference_passes[9.C]",
+    "test_exercises.py::test_reference_passes[2.1]",
+    "test_exercises_holes.py::test_generic_wrong_answers_fail_with_a_case_named[9.C]",
+    "test_exercises_holes.py::test_each_folded_solution_pastes_into_its_chapter[9.C]",
+    "test_ci_scripts.py::test_the_switches_take_effect_on_this_machine",
+    "test_mutants.py::",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        node = item.nodeid.removeprefix("tests/")
+        if node.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from _ci import ci_script
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 
-def _ci_script(name: str):
-    """Import one of the scripts in .ci/ (they are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / ".ci" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-setup_cell = _ci_script("setup_cell")
-colab_check = _ci_script("colab_check")
+setup_cell = ci_script("setup_cell")
+colab_check = ci_script("colab_check")
 IGNORE_TAGS = colab_check.ESCAPES_NBVAL
 
 
@@ -88,9 +81,13 @@ def test_chapter_has_the_house_sections(chapter):
     assert "**Predict.**" in text and "<details>" in text
     checks = re.findall(r'check\("([0-9A-Z]+)\.(\w+)"', "\n".join(
         "".join(c["source"]) for c in _code_cells(chapter)))
-    # The chapter's own exercises: numbered like the file (7.x in 07_...), or the appendix's A.x.
-    number = str(int(chapter.stem.split("_")[0]))
-    own = number if any(ch == number for ch, _ in checks) else "A"
+    # The chapter's own exercises: numbered like the file (7.x in 07_...), or the appendix's A.x,
+    # or an unnumbered chapter's letter (T.x in tokens.ipynb): its most checked prefix.
+    prefix = chapter.stem.split("_")[0]
+    number = str(int(prefix)) if prefix.isdigit() else None
+    letters = Counter(ch for ch, _ in checks if not ch.isdigit()).most_common(1)
+    own = number if any(ch == number for ch, _ in checks) else (
+        letters[0][0] if letters else "A")
     ours = [ex for ch, ex in checks if ch == own]
     assert sum(ex.isdigit() for ex in ours) >= 2 and any(not ex.isdigit() for ex in ours), (
         "a chapter needs at least two checked exercises and one challenge")

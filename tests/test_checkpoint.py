@@ -145,8 +145,9 @@ def test_resuming_from_a_corrupt_checkpoint_is_a_clear_error(tmp_path):
 def test_a_finished_run_can_be_extended(tmp_path):
     cfg = dataclasses.replace(PRESETS["tiny"], max_steps=4, eval_every=2, eval_iters=1)
     train(cfg, tmp_path, progress=False, data_path=DATA, device="cpu")
-    with pytest.warns(ScheduleChangedWarning, match="cosine from step 4 to the new end, "
-                                                    "step 6"):
+    with pytest.warns(ScheduleChangedWarning, match=r"redraws the whole cosine, from the end "
+                                                    r"of warmup \(step 5\) to the new end "
+                                                    r"\(step 6\)"):
         more = train(None, tmp_path, max_steps=6, resume=True, progress=False,
                      data_path=DATA, device="cpu")      # cfg=None: the saved config
     assert more.step == [0, 2, 4, 6] and len(more.step_loss) == 6

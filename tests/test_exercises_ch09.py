@@ -98,9 +98,14 @@ def test_step_with_zero_grad_first_passes():
     assert EXERCISES["9.6"].check(zero_first, quiet=True, seed=3).status == "passed"
 
 
-def test_adamw_in_torch_or_in_place_passes():
-    def in_torch(p, g, m, v, t, lr, betas, eps, weight_decay):
-        p, g, m, v = (torch.as_tensor(a) for a in (p, g, m, v))
+def test_adamw_in_torch_passes_and_in_place_fails():
+    # torch.as_tensor shares the arrays' memory, so the in-place ops below change the
+    # caller's inputs, which the spec forbids; torch.tensor copies them first.
+    def in_place(p, g, m, v, t, lr, betas, eps, weight_decay):
+        return in_torch(p, g, m, v, t, lr, betas, eps, weight_decay, make=torch.as_tensor)
+
+    def in_torch(p, g, m, v, t, lr, betas, eps, weight_decay, make=torch.tensor):
+        p, g, m, v = (make(a) for a in (p, g, m, v))
         m.mul_(betas[0]).add_(g, alpha=1 - betas[0])
         v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
         denom = (v / (1 - betas[1] ** t)).sqrt() + eps
@@ -116,3 +121,5 @@ def test_adamw_in_torch_or_in_place_passes():
         for seed in range(4):
             result = EXERCISES["9.4"].check(fn, quiet=True, seed=seed)
             assert result.status == "passed", (fn.__name__, result.message)
+    result = EXERCISES["9.4"].check(in_place, quiet=True, seed=0)
+    assert result.status == "failed" and "in place" in result.message, result.message

@@ -335,7 +335,7 @@ def test_next_token_distribution_temperature_and_top_k():
     np.testing.assert_allclose(next_token_distribution(logits[1], top_k=1), [0, 0, 0.5, 0.5])
     cold, hot = next_token_distribution(logits[0], 0.01), next_token_distribution(logits[0], 1e3)
     assert cold[0] > 0.999 and np.abs(hot - 0.25).max() < 1e-2
-    with pytest.raises(ValueError, match=r"temperature: expected a number > 0"):
+    with pytest.raises(ValueError, match=r"temperature: expected a positive number"):
         next_token_distribution(logits, 0.0)
     with pytest.raises(ValueError, match=r"top_k: expected an integer in \[1, V\] = \[1, 4\]"):
         next_token_distribution(logits, top_k=5)
@@ -398,3 +398,30 @@ def test_sample_draws_by_the_cumulative_total_and_names_a_missing_generator():
         with pytest.raises(ValueError, match=r"probs: expected finite numbers >= 0 with a "
                                              r"positive sum"):
             sample(np.array(bad), np.random.default_rng(0))
+
+
+EDIT = GPTConfig(V=11, ctx=12, d=16, L=2, h=4)
+
+
+def test_forward_edit_matches_the_same_change_made_in_the_weights():
+    # Zeroing block 0's attention write by an edit == zero W_o and b_o: the MLP of block 0
+    # must read the edited stream, as must every later block.
+    params = _random_params(EDIT, 0)
+    ids = np.random.default_rng(2).integers(0, EDIT.V, size=(2, 8))
+
+    def no_attn0(name, write, writes):
+        return np.zeros_like(write) if name == "blocks.0.attn" else write
+
+    def no_mlp1(name, write, writes):
+        return np.zeros_like(write) if name == "blocks.1.mlp" else write
+
+    quiet = {**params, "blocks.0.W_o": 0 * params["blocks.0.W_o"],
+             "blocks.0.b_o": 0 * params["blocks.0.b_o"]}
+    got = forward(params, ids, EDIT, edit=no_attn0)
+    assert np.allclose(got, forward(quiet, ids, EDIT), atol=1e-12)
+    quiet = {**params, "blocks.1.W_2": 0 * params["blocks.1.W_2"],
+             "blocks.1.b_2": 0 * params["blocks.1.b_2"]}
+    got = forward(params, ids, EDIT, edit=no_mlp1)
+    assert np.allclose(got, forward(quiet, ids, EDIT), atol=1e-12)
+    same = forward(params, ids, EDIT, edit=lambda name, write, writes: write)
+    assert np.array_equal(same, forward(params, ids, EDIT))

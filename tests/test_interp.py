@@ -6,17 +6,24 @@ import pytest
 
 from anatomy import interp
 from anatomy.attention import softmax
-from anatomy.blocks import layer_norm
-from anatomy.gpt_numpy import embed, forward
+from anatomy.blocks import layer_norm, mlp
+from anatomy.blocks import layer_norm as _ln
+from anatomy.gpt_numpy import embed, forward, lm_loss
 from anatomy.interp import (
+    PatchRecovery,
+    ablate_heads,
+    after_blank_line,
     attention_patterns,
     cosine_similarity,
     direct_logit_attribution,
     head_scores,
+    logit_diff,
+    logit_diff_attribution,
+    patch_recovery,
     position_similarity,
     role_targets,
 )
-from anatomy.params import GPTConfig, init_params
+from anatomy.params import GPTConfig, block_params, init_params
 from anatomy.text import CharTokenizer
 from anatomy.weights import load
 
@@ -66,10 +73,15 @@ def test_role_targets_pick_the_right_keys():
     assert keys("word start", 4) is None           # its start (3) is t - 1: "previous"
     assert keys("word start", 10) is None          # a space is in no word
     assert keys("word start", 1) is None           # the word began before the window
-    assert keys("last space", 5) == [2] and keys("last space", 10) == [10]
-    assert keys("last space", 9) == [6] and keys("last space", 1) is None
+    assert keys("last space", 5) == [2] and keys("last space", 9) == [6]
+    assert keys("last space", 1) is None
+    # not itself (a space query) nor the character just before: "self" and "previous"
+    assert keys("last space", 10) is None and keys("last space", 11) is None
+    assert keys("last space", 3) is None and keys("last space", 12) == [10]
     assert keys("line start", 9) == [7] and keys("line start", 8) is None
     assert keys("last newline", 13) == [6] and keys("last newline", 5) is None
+    assert keys("last newline", 6) is None and keys("last newline", 7) is None
+    assert keys("last newline", 8) == [6]
     assert keys("line start", 5) is None           # no newline yet
     assert keys("same char", 7) == [0] and keys("same char", 13) == [0, 7]
     assert keys("same char", 8) == [1] and keys("same char", 2) is None
@@ -202,7 +214,7 @@ def test_shipped_model_has_heads_with_a_nameable_job(shipped):
     scores = head_scores(params, rows[:200], cfg, tok)
     named = [(layer, head, role, round(s, 2), round(u, 2))
              for layer, head, role, s, u in scores.named()]
-    assert named == [(1, 1, "last space", 0.70, 0.05),      # the gap before the current word
+    assert named == [(1, 1, "last space", 0.61, 0.05),      # the gap before the current word
                      (0, 2, "previous", 0.55, 0.06),        # a previous-character head
                      (1, 3, "last newline", 0.44, 0.03)]    # the end of the line before
     # No head looks at the first character of its window (no "attention sink" here).
@@ -234,9 +246,250 @@ def test_trained_positions_are_alike_when_near(shipped):
 def test_role_words_name_every_role_and_match_how_it_is_measured():
     # one description per role; "last space" counts any whitespace, so a newline can be it
     assert set(interp.ROLE_WORDS) == set(interp.ROLES)
-    ids = np.array([[0, 1, 2, 1]])                  # "ab\nb" with 1 = "b", 2 = "\n"
+    ids = np.array([[0, 1, 2, 1, 1]])               # "ab\nbb" with 1 = "b", 2 = "\n"
     targets, defined = interp.role_targets(ids, whitespace_ids=(2,), newline_ids=(2,))[
         "last space"]
-    assert defined[0].tolist() == [False, False, True, True]
-    assert targets[0, 3].tolist() == [False, False, True, False]   # the newline at 2
+    assert defined[0].tolist() == [False, False, False, False, True]   # 2+ back only
+    assert targets[0, 4].tolist() == [False, False, True, False, False]   # the newline at 2
     assert "newline" in interp.ROLE_WORDS["last space"]
+
+
+# ---------------------------------------------------------------- ablation, attribution, patching
+
+
+def _trace_with_heads(params, ids, cfg):
+    store = {}
+    logits, trace = forward(params, ids, cfg, return_trace=True,
+                            edit=interp._recorder(params, store))
+    return logits, trace, store
+
+
+def test_head_writes_sum_to_the_attention_write():
+    params = _noisy(SMALL)
+    ids = np.random.default_rng(1).integers(0, SMALL.V, size=(3, 9))
+    logits, trace, store = _trace_with_heads(params, ids, SMALL)
+    assert np.array_equal(logits, forward(params, ids, SMALL))   # recording changes nothing
+    for i in range(SMALL.L):
+        assert store[i].shape == (3, SMALL.h, 9, SMALL.d)
+        total = store[i].sum(axis=1) + params[f"blocks.{i}.b_o"]
+        assert np.allclose(total, trace[f"blocks.{i}.attn"], atol=1e-12)
+
+
+def _without_head(params, layer, head, cfg, add=None):
+    """The same model with one head's rows of W_o zeroed (and ``add`` [d] put into b_o)."""
+    dh = cfg.d_head
+    W_o = params[f"blocks.{layer}.W_o"].copy()
+    W_o[head * dh:(head + 1) * dh] = 0
+    b_o = params[f"blocks.{layer}.b_o"] + (0 if add is None else add)
+    return {**params, f"blocks.{layer}.W_o": W_o, f"blocks.{layer}.b_o": b_o}
+
+
+def test_ablate_heads_equals_editing_the_weights():
+    params = _noisy(SMALL)
+    ids = np.random.default_rng(3).integers(0, SMALL.V, size=(5, 10))
+    assert ablate_heads(params, SMALL, ids, []) == pytest.approx(lm_loss(params, ids, SMALL))
+    # zero: that head's rows of W_o are zero (b_o stays)
+    zeroed = _without_head(params, 1, 2, SMALL)
+    assert ablate_heads(params, SMALL, ids, [(1, 2)], how="zero") == pytest.approx(
+        lm_loss(zeroed, ids, SMALL), abs=1e-12)
+    # mean: the head's rows zeroed and its mean write over every position added to b_o
+    _, _, store = _trace_with_heads(params, ids, SMALL)
+    mean = store[0][:, 3].mean(axis=(0, 1))                       # [B, T, d] -> [d]
+    meaned = _without_head(params, 0, 3, SMALL, add=mean)
+    got = ablate_heads(params, SMALL, ids, [(0, 3)], how="mean", batch=2)   # batches too
+    assert got == pytest.approx(lm_loss(meaned, ids, SMALL), abs=1e-12)
+    # two heads of one layer, and a [T] sequence
+    both = _without_head(_without_head(params, 1, 0, SMALL), 1, 1, SMALL)
+    assert ablate_heads(params, SMALL, ids[0], [(1, 0), (1, 1)], how="zero") == pytest.approx(
+        lm_loss(both, ids[0], SMALL), abs=1e-12)
+    assert ablate_heads(params, SMALL, ids, [(0, 0)]) != ablate_heads(params, SMALL, ids, [])
+
+
+def test_ablate_heads_where_averages_only_the_marked_predictions():
+    params = _noisy(SMALL)
+    ids = np.random.default_rng(4).integers(0, SMALL.V, size=(4, 10))
+    every = np.ones(ids.shape, bool)
+    every[:, 0] = False
+    assert ablate_heads(params, SMALL, ids, [(0, 1)], where=every) == pytest.approx(
+        ablate_heads(params, SMALL, ids, [(0, 1)]), abs=1e-12)
+    one = np.zeros(ids.shape, bool)
+    one[2, 7] = True                                  # the prediction of ids[2, 7] alone
+    logits = forward(params, ids, SMALL)
+    log_p = logits[2, 6] - np.log(np.exp(logits[2, 6]).sum())
+    assert ablate_heads(params, SMALL, ids, [], where=one) == pytest.approx(-log_p[ids[2, 7]])
+    with pytest.raises(ValueError, match="where: column 0 marks the first id"):
+        ablate_heads(params, SMALL, ids, [], where=np.ones(ids.shape, bool))
+    with pytest.raises(ValueError, match="where: marks no prediction"):
+        ablate_heads(params, SMALL, ids, [], where=np.zeros(ids.shape, bool))
+    with pytest.raises(ValueError, match=r"where: expected booleans shaped like ids \(4, 10\)"):
+        ablate_heads(params, SMALL, ids, [], where=every[:, 1:])
+
+
+def test_ablate_heads_errors():
+    params = _noisy(SMALL)
+    ids = np.arange(8) % SMALL.V
+    with pytest.raises(ValueError, match=r"heads: no head \(2, 0\) in this model: layers 0..1"):
+        ablate_heads(params, SMALL, ids, [(2, 0)])
+    with pytest.raises(ValueError, match=r"heads: no head \(0, 4\).*heads 0..3"):
+        ablate_heads(params, SMALL, ids, [(0, 4)])
+    with pytest.raises(ValueError, match="heads: expected a list of .* got one pair"):
+        ablate_heads(params, SMALL, ids, (0, 1))
+    with pytest.raises(ValueError, match="heads: expected \\(layer, head\\) pairs"):
+        ablate_heads(params, SMALL, ids, [(0, 1.0)])
+    with pytest.raises(ValueError, match="how: expected 'mean' or 'zero', got 'max'"):
+        ablate_heads(params, SMALL, ids, [(0, 1)], how="max")
+    with pytest.raises(ValueError, match=r"ids: expected integers in \[0, V\) = \[0, 11\)"):
+        ablate_heads(params, SMALL, np.array([1, 2, 11]), [(0, 1)])
+    with pytest.raises(ValueError, match="ids: T=13 exceeds ctx=12"):
+        ablate_heads(params, SMALL, np.zeros(13, int), [(0, 1)])
+    with pytest.raises(ValueError, match="ids: expected T >= 2"):
+        ablate_heads(params, SMALL, np.array([3]), [(0, 1)])
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_logit_diff_attribution_sums_to_the_difference_and_splits_by_head(tied):
+    cfg = GPTConfig(V=11, ctx=12, d=16, L=3, h=4, tied=tied)
+    params = {k: v.astype(np.float32) for k, v in _noisy(cfg, 6).items()}
+    ids = np.random.default_rng(7).integers(0, cfg.V, size=9)
+    logits = forward({k: v.astype(np.float64) for k, v in params.items()}, ids, cfg)[-1]
+    for target, other in [(3, 5), (0, 10), (4, "mean")]:
+        want = float(logit_diff(logits, target, other))
+        parts = logit_diff_attribution(params, cfg, ids, target, other)
+        assert abs(sum(parts.values()) - want) < 1e-10
+        heads = logit_diff_attribution(params, cfg, ids, target, other, by_head=True)
+        assert abs(sum(heads.values()) - want) < 1e-10
+        for i in range(cfg.L):
+            mine = [v for k, v in heads.items() if k.startswith(f"blocks.{i}.head")
+                    or k == f"blocks.{i}.b_o"]
+            assert len(mine) == cfg.h + 1
+            assert sum(mine) == pytest.approx(parts[f"blocks.{i}.attn"], abs=1e-10)
+    # against a token: the difference of two raw attributions, piece by piece
+    raw_t = direct_logit_attribution(params, ids, cfg, -1, 3)
+    raw_o = direct_logit_attribution(params, ids, cfg, -1, 5)
+    parts = logit_diff_attribution(params, cfg, ids, 3, 5)
+    assert list(parts) == list(raw_t)
+    for name in parts:
+        assert parts[name] == pytest.approx(raw_t[name] - raw_o[name], abs=1e-10)
+    # centred: a push along the mean unembedding row, which raises every logit, counts 0
+    assert logit_diff(np.full(cfg.V, 7.0), 2, "mean") == 0.0
+
+
+def test_logit_diff_attribution_errors():
+    params = _noisy(SMALL)
+    ids = np.arange(6)
+    with pytest.raises(ValueError, match=r"target: expected a token id in \[0, V\)"):
+        logit_diff_attribution(params, SMALL, ids, 11, 0)
+    with pytest.raises(ValueError, match=r"other: expected a token id in \[0, V\)"):
+        logit_diff_attribution(params, SMALL, ids, 1, -1)
+    with pytest.raises(ValueError, match="other: expected a token id or 'mean', got 'avg'"):
+        logit_diff_attribution(params, SMALL, ids, 1, "avg")
+    with pytest.raises(ValueError, match="other: expected a token other than target = 1"):
+        logit_diff_attribution(params, SMALL, ids, 1, 1)
+    with pytest.raises(ValueError, match=r"ids: expected one sequence \[T\]"):
+        logit_diff_attribution(params, SMALL, ids[None], 1, 2)
+    with pytest.raises(ValueError, match=r"ids: expected integers in \[0, V\)"):
+        logit_diff_attribution(params, SMALL, np.array([0, 12]), 1, 2)
+
+
+def test_patch_recovery_of_the_last_block_by_hand():
+    cfg = GPTConfig(V=11, ctx=12, d=16, L=2, h=4)
+    params = _noisy(cfg, 8)
+    clean = np.random.default_rng(9).integers(0, cfg.V, size=10)
+    corrupt = clean.copy()
+    corrupt[4] = (corrupt[4] + 1) % cfg.V                    # one character differs
+    target, other = 2, 7
+    rec = patch_recovery(params, cfg, clean, corrupt, target, other)
+    assert isinstance(rec, PatchRecovery)
+    assert rec.heads.shape == (2, 4) and rec.mlps.shape == (2,)
+    assert rec.clean == pytest.approx(float(logit_diff(forward(params, clean, cfg)[-1],
+                                                       target, other)))
+    # By hand, block 1 (the last): the stream before its MLP, and the head and MLP writes.
+    _, tc, sc = _trace_with_heads(params, clean, cfg)
+    _, tx, sx = _trace_with_heads(params, corrupt, cfg)
+    unembed = params["tok_emb"]
+
+    def ld(stream):                                          # [T, d] -> logit difference
+        z = _ln(stream, params["lnf_g"], params["lnf_b"])[-1] @ unembed.T
+        return z[target] - z[other]
+
+    span = rec.clean - rec.corrupt
+    before_mlp = tx["blocks.1.out"] - tx["blocks.1.mlp"]     # [T, d]
+    assert (ld(before_mlp + tc["blocks.1.mlp"]) - rec.corrupt) / span == pytest.approx(
+        rec.mlps[1], abs=1e-10)
+    p = block_params(params, 1)
+    x = tx["blocks.0.out"] + tx["blocks.1.attn"] - sx[1][2] + sc[1][2]   # head 2 patched
+    out = x + mlp(_ln(x, p["ln2_g"], p["ln2_b"]), p["W_1"], p["b_1"], p["W_2"], p["b_2"])
+    assert (ld(out) - rec.corrupt) / span == pytest.approx(rec.heads[1, 2], abs=1e-10)
+    # Patching with the clean run itself gives everything back, for every sublayer.
+    same = patch_recovery(params, cfg, clean, clean[::-1].copy(), target, other)
+    assert np.all(np.isfinite(same.heads)) and np.all(np.isfinite(same.mlps))
+
+
+def test_patch_recovery_errors():
+    params = _noisy(SMALL)
+    ids = np.arange(6)
+    with pytest.raises(ValueError, match="clean, corrupt: expected two sequences"):
+        patch_recovery(params, SMALL, ids, ids[:5], 1, 2)
+    with pytest.raises(ValueError, match="the two runs give the same logit difference"):
+        patch_recovery(params, SMALL, ids, ids.copy(), 1, 2)
+    with pytest.raises(ValueError, match=r"corrupt: expected integers in \[0, V\)"):
+        patch_recovery(params, SMALL, ids, ids + 6, 1, 2)
+    with pytest.raises(ValueError, match="other: expected a token other than target"):
+        patch_recovery(params, SMALL, ids, ids[::-1].copy(), 2, 2)
+
+
+def test_after_blank_line_marks_the_line_after_two_newlines():
+    tok = CharTokenizer("abAB:\n")
+    text = "ab\n\nAB:\nab\nAB\n\nA"
+    ids = np.array(tok.encode(text))
+    flags = after_blank_line(ids, tok.encode("\n")[0])
+    marked = "".join(ch for ch, m in zip(text, flags, strict=True) if m)
+    assert marked == "AB:" + "A"                           # not "ab" nor the second "AB"
+    assert after_blank_line(ids[None], tok.encode("\n")[0]).shape == (1, len(text))
+
+
+# ---------------------------------------------------------------- causes, on the shipped model
+
+
+@pytest.fixture(scope="module")
+def passage():
+    from anatomy.examples import PASSAGE
+    from anatomy.weights import windows
+
+    params, cfg, tok = load("shakespeare-char")
+    return params, cfg, tok, windows(np.array(tok.encode(PASSAGE)), cfg.ctx)   # [20, 64]
+
+
+def test_shipped_model_names_do_not_predict_what_ablation_costs(passage):
+    # Chapter 4's table: mean-ablating each head alone, over the 20 windows of PASSAGE.
+    params, cfg, _, rows = passage
+    base = ablate_heads(params, cfg, rows, [])
+    cost = np.array([[ablate_heads(params, cfg, rows, [(i, k)]) - base for k in range(cfg.h)]
+                     for i in range(cfg.L)])                              # [L, h]
+    order = [divmod(int(j), cfg.h) for j in np.argsort(-cost, axis=None)]
+    assert order[:4] == [(0, 2), (0, 1), (0, 0), (0, 3)]   # layer 0 first, named or not
+    assert 0.6 < cost[0, 2] < 0.85 and 0.2 < cost[0, 1] < 0.4     # measured 0.73, 0.30
+    assert order.index((1, 3)) >= 8 and cost[1, 3] < 0.05        # the named newline head
+
+
+def test_shipped_previous_character_head_is_made_by_the_positions(passage):
+    params, cfg, tok, rows = passage
+    flat = {**params, "pos_emb": np.zeros_like(params["pos_emb"])}
+    before = head_scores(params, rows, cfg, tok)
+    after = head_scores(flat, rows, cfg, tok)
+    assert round(float(before.scores["previous"][0, 2]), 2) == 0.55
+    assert abs(after.scores["previous"][0, 2] - after.uniform["previous"]) < 0.01   # 0.060
+
+
+def test_shipped_logit_difference_against_the_runner_up(passage):
+    from anatomy.examples import PASSAGE
+
+    params, cfg, tok, _ = passage
+    ids = np.array(tok.encode(PASSAGE[:50]))                  # "...\n\nBAPTISTA"
+    colon, ell = tok.encode(":")[0], tok.encode("L")[0]
+    logits = forward({k: v.astype(np.float64) for k, v in params.items()}, ids, cfg)[-1]
+    assert int(np.argsort(-logits)[1]) == ell                  # the runner-up
+    parts = logit_diff_attribution(params, cfg, ids, colon, ell)
+    raw = direct_logit_attribution(params, ids, cfg, -1, colon)
+    assert raw["blocks.3.attn"] > 1.5 and parts["blocks.3.attn"] < -0.3   # +1.82 vs -0.42
+    assert parts["blocks.1.mlp"] > parts["blocks.0.mlp"]                  # 3.68 vs 3.17

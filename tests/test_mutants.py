@@ -1,6 +1,7 @@
 """The mutation test: small edits of each reference (an operator, a constant, max for min,
-a dropped axis=/keepdims=/eps=, a deleted statement) that change its outputs on the
-exercise's battery of valid inputs must all be reported failed by the exercise's check.
+a dropped axis=/keepdims=/eps=, a deleted statement, an argument ignored, an input the spec
+keeps unchanged changed in place) that change its outputs (or its inputs) on the exercise's
+battery of valid inputs must all be reported failed by the exercise's check.
 
 The counts per exercise are printed at the end of the test run (conftest.py)."""
 
@@ -55,3 +56,12 @@ def test_no_mutant_passes_the_check(exercise_id):
     assert result.killed > 0, f"{exercise_id}: every mutant is equivalent; widen the battery"
     assert not result.survivors, "mutants that passed the check: " + "; ".join(
         f"line {m.line}: {m.description}" for m in result.survivors)
+
+
+def test_an_ignored_argument_keeps_any_literal_default():
+    def step(p, g, lr=0.1, betas=(0.9, 0.99)):
+        return p - lr * g * betas[0]
+    found = {m.description: m for m in mutants(step)}
+    mutant = found["ignore argument betas (always (0.9, 0.99))"]
+    assert mutant.argument == "betas" and mutant.fn(1.0, 1.0, 0.1, (0.5, 0.5)) == step(1.0, 1.0)
+    assert not any(m.in_place for m in found.values())          # only when asked for

@@ -149,9 +149,10 @@ def test_a_new_end_on_resume_is_explained_with_the_jump_in_lr():
     assert lr_at(110, saved) == pytest.approx(1e-4)
     assert lr_at(110, longer) == pytest.approx(5.5e-4)
     assert restretch_note(110, saved, longer) == (
-        "resume: max_steps=210 instead of the saved 110 re-stretches the cosine from step 110 "
-        "to the new end, step 210: the learning rate jumps from 1.00e-04 to 5.50e-04 at the "
-        "resume. To continue the saved schedule unchanged, resume with max_steps=110.")
+        "resume: max_steps=210 instead of the saved 110 redraws the whole cosine, from the "
+        "end of warmup (step 10) to the new end (step 210), and the run joins it at step 110: "
+        "the learning rate jumps from 1.00e-04 to 5.50e-04 at the resume. To continue the "
+        "saved schedule unchanged, resume with max_steps=110.")
     shorter = dataclasses.replace(saved, max_steps=70)
     assert lr_at(60, shorter) < lr_at(60, saved)                        # an earlier end: down
     assert f"jumps from {lr_at(60, saved):.2e} to {lr_at(60, shorter):.2e}" in \

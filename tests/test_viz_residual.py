@@ -120,3 +120,20 @@ def test_lab_redraws_when_a_control_changes(monkeypatch):
     assert bytes(picture.value) != first and "3 pieces" in caption.value
     token.value, show.value = 0, "mlp"
     assert "token 0" in caption.value
+
+
+def test_patch_recovery_figure_has_a_cell_per_head_and_mlp():
+    from anatomy.interp import PatchRecovery
+    from anatomy.viz.residual import draw_patch_recovery
+
+    rec = PatchRecovery(heads=np.array([[0.5, -0.25], [0.0, 1.5]]), mlps=np.array([0.8, 0.1]),
+                        clean=2.0, corrupt=-1.0)
+    fig = draw_patch_recovery(rec)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.texts] == ["0.50", "-0.25", "0.80", "0.00", "1.50", "0.10"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["head 0", "head 1", "MLP"]
+    assert "-1.00 -> 2.00" in ax.get_title()
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"recovery: expected heads \[L, h\] and mlps \[L\]"):
+        draw_patch_recovery(PatchRecovery(heads=np.zeros((2, 2)), mlps=np.zeros(3),
+                                          clean=1.0, corrupt=0.0))

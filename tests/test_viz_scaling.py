@@ -4,8 +4,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from anatomy.attention import attention_weights, jacobian_norm_by_scale
-from anatomy.viz.scaling import draw_jacobian_norms, draw_query_weights, one_query, scaling_lab
+from anatomy.scaling import attention_weights, jacobian_norm_by_scale
+from anatomy.viz.scaling import (
+    LAB_WIDTHS,
+    draw_jacobian_norms,
+    draw_query_weights,
+    lab_top_weights,
+    one_query,
+    scaling_lab,
+)
 
 
 def test_one_query_is_seeded_and_shaped():
@@ -14,6 +21,33 @@ def test_one_query_is_seeded_and_shaped():
     q2, k2 = one_query(64, n_keys=16, seed=0)
     np.testing.assert_array_equal(q, q2)
     np.testing.assert_array_equal(k, k2)
+
+
+def test_narrower_heads_are_slices_of_one_draw():
+    # the lab's d_k slider must add features to the same query and keys, not redraw them
+    q_wide, k_wide = one_query(max(LAB_WIDTHS), n_keys=16, seed=3)
+    for d_k in LAB_WIDTHS:
+        q, k = one_query(d_k, n_keys=16, seed=3)
+        assert q.shape == (d_k,) and k.shape == (16, d_k)
+        np.testing.assert_array_equal(q, q_wide[:d_k])
+        np.testing.assert_array_equal(k, k_wide[:, :d_k])
+    q, k = one_query(1024, n_keys=4)                 # wider than the lab: drawn at its width
+    assert q.shape == (1024,) and k.shape == (4, 1024)
+
+
+def test_lab_top_weights_are_what_the_panels_draw():
+    rows = lab_top_weights(n_keys=16, seed=0)
+    assert [r["d_k"] for r in rows] == list(LAB_WIDTHS)
+    for r in rows:
+        q, k = one_query(r["d_k"], n_keys=16, seed=0)
+        fig = draw_query_weights(q, k)
+        left, right = ([bar.get_height() for bar in ax.patches] for ax in fig.axes)
+        assert np.isclose(max(left), r["top_unscaled"]) and np.argmax(left) == r["key_unscaled"]
+        assert np.isclose(max(right), r["top_scaled"]) and np.argmax(right) == r["key_scaled"]
+        plt.close(fig)
+    # the lab's point: from d_k = 64 on the unscaled panel is all but one-hot
+    assert all(r["top_unscaled"] > 0.99 for r in rows if r["d_k"] >= 64)
+    assert all(r["top_scaled"] < 0.6 for r in rows)
 
 
 def test_bars_are_the_unscaled_and_scaled_weights():

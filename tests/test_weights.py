@@ -93,7 +93,7 @@ def test_first_steps_of_the_make_command_reproduce_the_record(shipped):
                                           threads=rec["threads"], stop_at_record=True)
     assert again["threads"] == rec["threads"]
     verdict = make_mod.compare_record(rec, again)
-    here = all(again[k] == rec[k] for k in make_mod.MACHINE_KEYS)
+    here = make_mod.records_match(again, rec)
     assert verdict == ("identical" if here else "close")
 
 
@@ -206,3 +206,34 @@ def test_make_refuses_a_record_step_it_cannot_record(capsys):
     assert "record_step: expected a multiple of eval_every=50" in capsys.readouterr().err
     with pytest.raises(ValueError, match="below steps=50"):
         make_mod.train_with_record(make_mod.recipe(50), 50)
+
+
+# ---- the draft model of the inference chapter (speculative decoding) ---------------------
+
+
+def test_the_draft_model_is_what_its_recipe_makes():
+    meta = weights.info(make_mod.DRAFT)
+    params, cfg, tok = load(make_mod.DRAFT)
+    steps, rec = meta["final"]["step"], meta["record"]
+    assert TrainConfig.from_dict(meta["train_config"]) == make_mod.recipe(steps, make_mod.DRAFT)
+    assert meta["command"] == make_mod.command(steps, rec["step"], rec["threads"],
+                                               make_mod.DRAFT)
+    assert "--name shakespeare-char-draft" in meta["command"]
+    assert (cfg.L, cfg.d) == (1, 64) and tok.vocab == weights.info(NAME)["vocab"]
+    assert meta["weights"]["params_sha256"] == weights.params_digest(params)
+    assert weights.file_sha256(weights.FOLDER / f"{make_mod.DRAFT}.npz") == \
+        hashlib.sha256(make_mod.npz_bytes(params)).hexdigest()
+    # A draft only helps if it is cheaper, and it must still have learned something.
+    assert count_params(cfg) * 10 < count_params(load(NAME)[1])
+    assert meta["final"]["val_loss_windows"]["numpy"] < 2.0
+
+
+def test_first_steps_of_the_draft_recipe_reproduce_its_record():
+    # Re-runs the draft's recorded prefix (200 steps of a one-block model, about 10 s).
+    meta = weights.info(make_mod.DRAFT)
+    rec = meta["record"]
+    cfg = make_mod.recipe(meta["final"]["step"], make_mod.DRAFT)
+    _, again = make_mod.train_with_record(cfg, rec["step"], data_path=DATA,
+                                          threads=rec["threads"], stop_at_record=True)
+    verdict = make_mod.compare_record(rec, again)
+    assert verdict == ("identical" if make_mod.records_match(again, rec) else "close")

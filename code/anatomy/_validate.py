@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -115,6 +116,16 @@ def check_broadcastable(x: np.ndarray, name: str, target: tuple[int, ...], *,
             f"scores {spec} = {target}), got {np.shape(x)}")
 
 
+def check_non_negative(x: object, name: str, spec: str, what: str) -> np.ndarray:
+    """Measurements such as standard deviations or norms: a float array of shape ``spec``,
+    finite and >= 0 everywhere."""
+    x = np.asarray(x, dtype=float)
+    check_shape(x, name, spec)
+    if not np.all(np.isfinite(x)) or np.any(x < 0):
+        raise ValueError(f"{name}: expected finite {what} >= 0")
+    return x
+
+
 def check_bool(mask: object, name: str) -> np.ndarray:
     """Masks are boolean with True = forbidden; a 0/1 float or an additive -inf mask is not."""
     mask = np.asarray(mask)
@@ -131,12 +142,16 @@ def check_mask(mask: object, target: tuple[int, ...], *, name: str = "mask") -> 
     return mask
 
 
-def check_leading(x: np.ndarray, name: str, spec: str, ref_shape: tuple[int, ...],
-                  ref_name: str, core: int = 2) -> None:
-    """The batch/head axes in front of the last ``core`` axes must broadcast with ``ref``'s."""
-    lead, ref_lead = np.shape(x)[:-core], tuple(ref_shape)[:-core]
+def check_leading(x: np.ndarray, name: str, spec: str, ref_lead: tuple[int, ...],
+                  ref_name: str) -> None:
+    """The axes that ``spec``'s leading "..." stands for in ``x`` must broadcast with
+    ``ref_lead``, the leading axes of the argument ``ref_name``.
+
+    Shapes: x [..., core axes of spec], ref_lead [...] (e.g. x_q.shape[:-2])
+    """
+    ref_lead = tuple(ref_lead)
     try:
-        np.broadcast_shapes(lead, ref_lead)
+        np.broadcast_shapes(_lead(np.shape(x), spec), ref_lead)
     except ValueError:
         raise shape_error(name, spec, np.shape(x), note=f"with leading axes broadcastable to "
                           f"{ref_name}'s {ref_lead}") from None
@@ -159,10 +174,66 @@ def check_positive_int(value: object, name: str) -> int:
     return int(value)
 
 
+def check_positive_number(value: object, name: str) -> float:
+    """A scale such as a temperature, a RoPE base or an epsilon: a real number (not a bool,
+    not an array), finite and above 0. Returned as a Python float."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
+            or not (value > 0 and math.isfinite(value))):
+        raise ValueError(f"{name}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def check_top_k(top_k: object, V: int) -> int | None:
+    """Top-k sampling keeps k of the V tokens: an integer in [1, V], or None for all of them."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer))
+                              or not 1 <= top_k <= V):
+        raise ValueError(f"top_k: expected an integer in [1, V] = [1, {V}], got {top_k!r} "
+                         "(None keeps every token)")
+    return None if top_k is None else int(top_k)
+
+
+def check_even(value: object, name: str, why: str = "features come in pairs") -> int:
+    """A width whose features are used two at a time: a positive integer, and even."""
+    value = check_positive_int(value, name)
+    if value % 2:
+        raise ValueError(f"{name}: expected an even width ({why}), got {name}={value}")
+    return value
+
+
+def check_pairs(x: np.ndarray, name: str, spec: str, why: str = "features turn in pairs"
+                ) -> None:
+    """The last axis of ``x``, the last letter of ``spec``, must be even (RoPE's pairs)."""
+    if np.shape(x)[-1] % 2:
+        letter = _parse(spec)[1][-1][1]
+        raise shape_error(name, spec, np.shape(x), note=f"with {letter} even ({why})")
+
+
+def check_type(value: object, name: str, kind: type, example: str) -> object:
+    """A config of the right class, e.g. a GPTConfig where a LlamaConfig would not fit."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}: expected a {kind.__name__} (e.g. {example}), got "
+                        f"{type(value).__name__}")
+    return value
+
+
 def check_divisible(name: str, d: int, h: int) -> None:
     """Heads split the width evenly, so d must be a multiple of h."""
     if d % h:
         raise ValueError(f"{name}: d={d} is not divisible by h={h} heads")
+
+
+def check_rope_heads(name: str, d: int, h: int) -> None:
+    """RoPE turns each head's features in pairs, so the head width d / h must be even."""
+    if (d // h) % 2:
+        raise ValueError(f"{name}: RoPE turns features in pairs, so d_head = d / h must be "
+                         f"even, got d_head={d // h} (d={d}, h={h})")
+
+
+def check_groups(name: str, h: int, h_kv: int) -> None:
+    """Grouped-query attention: the h query heads split into h_kv groups of equal size."""
+    if h % h_kv:
+        raise ValueError(f"{name}: h={h} query heads do not split into groups for "
+                         f"h_kv={h_kv} key/value heads (h must be a multiple of h_kv)")
 
 
 def check_ids(ids: object, V: int, ctx: int | None = None, *, name: str = "ids") -> np.ndarray:
@@ -260,7 +331,7 @@ def validated(fn=None, *, floats: Iterable[str] = (), where=None):
             bound.apply_defaults()
             values = bound.arguments
             sizes: dict[str, int] = {}
-            leading: list[tuple[str, str, tuple[int, ...]]] = []
+            leading: list[tuple[str, str, np.ndarray]] = []
             later = []
             for name, specs, broadcast in entries:
                 if values.get(name) is None:
@@ -274,8 +345,11 @@ def validated(fn=None, *, floats: Iterable[str] = (), where=None):
                     continue
                 spec = _first_fit(arr, name, specs, sizes)
                 if _parse(spec)[0]:
-                    leading.append((name, spec, arr.shape))
-            _check_leading_axes(leading)
+                    leading.append((name, spec, arr))
+            if leading:          # every "[..., ...]" argument's leading axes fit the first's
+                first_name, first_spec, first = leading[0]
+                for name, spec, arr in leading[1:]:
+                    check_leading(arr, name, spec, _lead(first.shape, first_spec), first_name)
             for name, spec, arr in later:
                 _check_broadcast(arr, name, spec, sizes, leading)
             if where is not None:
@@ -303,12 +377,12 @@ def _first_fit(arr: np.ndarray, name: str, specs: tuple[str, ...],
 
 
 def _check_broadcast(arr: np.ndarray, name: str, spec: str, sizes: dict[str, int],
-                     leading: list[tuple[str, str, tuple[int, ...]]]) -> None:
+                     leading: list[tuple[str, str, np.ndarray]]) -> None:
     ellipsis, dims = _parse(spec)
     if any(letter is not None and letter not in sizes for _, letter in dims):
         return                                   # the target is not known from the others
     core = tuple(n if letter is None else n * sizes[letter] for n, letter in dims)
-    lead = np.broadcast_shapes(*(_lead(shape, s) for _, s, shape in leading)) \
+    lead = np.broadcast_shapes(*(_lead(a.shape, s) for _, s, a in leading)) \
         if ellipsis and leading else ()
     check_broadcastable(arr, name, lead + core, spec=spec)
 
@@ -317,16 +391,3 @@ def _lead(shape: tuple[int, ...], spec: str) -> tuple[int, ...]:
     """The axes that a spec's leading "..." stands for."""
     return tuple(shape[:len(shape) - len(_parse(spec)[1])])
 
-
-def _check_leading_axes(leading: list[tuple[str, str, tuple[int, ...]]]) -> None:
-    """Every "[..., ...]" argument's leading axes must broadcast with the first one's."""
-    if not leading:
-        return
-    first_name, first_spec, first_shape = leading[0]
-    ref = _lead(first_shape, first_spec)
-    for name, spec, shape in leading[1:]:
-        try:
-            np.broadcast_shapes(_lead(shape, spec), ref)
-        except ValueError:
-            raise shape_error(name, spec, shape, note=f"with leading axes broadcastable to "
-                              f"{first_name}'s {ref}") from None

@@ -18,7 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ._validate import check_keys, check_projection, check_shape, validated
-from .heads import cached_multi_head_attention, linear, multi_head_attention
+from .heads import cached_multi_head_attention, multi_head_attention
+from .linear import linear
 from .params import LINEAR_BIAS_NAMES
 
 # The weights one block reads, by their shape-table names (see anatomy.params).

@@ -27,15 +27,18 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ._validate import check_positive_int, resolve, validated
+from ._validate import (
+    check_positive_int,
+    check_positive_number,
+    check_type,
+    resolve,
+    validated,
+)
 from .params import GPTConfig, count_params
 
 
 def _check_cfg(cfg: object) -> GPTConfig:
-    if not isinstance(cfg, GPTConfig):
-        raise TypeError(f"cfg: expected a GPTConfig (e.g. anatomy.params.GPT2_SMALL), got "
-                        f"{type(cfg).__name__}")
-    return cfg
+    return check_type(cfg, "cfg", GPTConfig, "anatomy.params.GPT2_SMALL")
 
 
 def _check_len(T: object, cfg: GPTConfig, name: str = "T") -> int:
@@ -86,8 +89,7 @@ def training_flops_per_token(cfg: GPTConfig, n: int) -> dict[str, int]:
 def training_compute(N: float, D: float) -> float:
     """C = 6 N D: the FLOPs to train N parameters on D tokens (attention left out)."""
     for value, name in ((N, "N"), (D, "D")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name}: expected a positive number, got {value!r}")
+        check_positive_number(value, name)
     return 6 * N * D
 
 
@@ -277,8 +279,15 @@ def training_memory_bytes(cfg: GPTConfig, T: int, B: int = 1,
     "weights" N values, "gradients" one per weight, "AdamW state" two moments per weight
     (the running mean and the running mean square of the gradient), "activations"
     :func:`activation_values`, and "total". In fp32 the three parameter parts are 16N bytes,
-    whatever T and B; only the activations grow with them. (Mixed-precision training keeps
-    fp32 moments and an fp32 copy of the weights beside bf16 ones, so it differs.)
+    whatever T and B; only the activations grow with them.
+
+    Mixed precision does not shrink those 16N. Under ``torch.autocast``, this book's scheme,
+    the weights, gradients and both moments stay fp32 (16 bytes per parameter) and the
+    16-bit copies of the weights that the matmuls read are transient, remade at every
+    step. Schemes that keep 16-bit weights and gradients beside an fp32 master copy
+    and fp32 moments also come to 16 bytes: 2 + 2 + 4 + 4 + 4. What 16-bit compute can save
+    is activation memory. ``bytes_per_value=2`` counts every part at 2 bytes, which fits
+    training entirely in a 16-bit dtype, not either mixed-precision scheme.
     """
     N = count_params(cfg)
     parts = {"weights": N * bytes_per_value,

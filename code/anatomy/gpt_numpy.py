@@ -12,15 +12,25 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ._validate import check_ids, check_keys, check_positive_int, check_shape, validated
+from ._validate import (
+    check_ids,
+    check_keys,
+    check_positive_int,
+    check_positive_number,
+    check_shape,
+    check_top_k,
+    validated,
+)
 from .attention import softmax
-from .blocks import block_writes, gelu, layer_norm
+from .blocks import BlockWrites, block_writes, gelu, layer_norm, mlp
 from .flops import step_flops
 from .params import GPTConfig, block_params, check_params, param_specs
 from .positions import learned_positions
 
 # One (K, V) pair per block, each [..., h, T_past, d_head].
 KVCache = tuple[tuple[np.ndarray, np.ndarray], ...]
+# edit(name, write, writes) -> the write to add in its place; see forward.
+WriteEdit = Callable[[str, np.ndarray, BlockWrites], np.ndarray]
 
 
 def _model_inputs(args: dict, sizes: dict) -> None:
@@ -32,7 +42,8 @@ def _model_inputs(args: dict, sizes: dict) -> None:
 
 @validated(where=_model_inputs)
 def forward(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, *,
-            act: Callable[[np.ndarray], np.ndarray] = gelu, return_trace: bool = False
+            act: Callable[[np.ndarray], np.ndarray] = gelu, return_trace: bool = False,
+            edit: WriteEdit | None = None
             ) -> np.ndarray | tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits for the next token at every position.
 
@@ -44,13 +55,24 @@ def forward(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, *
     (the stream after the block), then "lnf" and "logits". The final stream equals
     trace["embed"] plus every write.
 
+    ``edit`` (for ablation and patching, :mod:`anatomy.interp`) may replace a sublayer's
+    write before it is added to the stream: it is called as ``edit(name, write, writes)``
+    with name "blocks.{i}.attn" or "blocks.{i}.mlp", the write [..., T, d] and the block's
+    :class:`~anatomy.blocks.BlockWrites` (its weights and keys/values, for per-head writes),
+    and returns the write to use (``write`` itself to leave it). The MLP of an edited block
+    reads the stream after the edited attention write, and later blocks read the edited
+    stream.
+
     Shapes: ids [T] or [B, T] (integers in [0, V), 1 <= T <= ctx)
             -> logits [T, V] or [B, T, V]
     """
     x = embed(params["tok_emb"], params["pos_emb"], ids)    # [..., T] -> [..., T, d]
     trace = {"embed": x}
     for i in range(cfg.L):
-        writes = block_writes(x, block_params(params, i), cfg.h, act=act)
+        p = block_params(params, i)
+        writes = block_writes(x, p, cfg.h, act=act)
+        if edit is not None:
+            writes = _edited(edit, i, x, p, writes, act)
         x = x + writes.attn + writes.mlp                    # [..., T, d], same sums as block()
         trace.update({f"blocks.{i}.attn": writes.attn, f"blocks.{i}.mlp": writes.mlp,
                       f"blocks.{i}.weights": writes.weights, f"blocks.{i}.out": x})
@@ -58,6 +80,23 @@ def forward(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig, *
     logits = x @ _head(params, cfg).T             # [..., T, d] @ [d, V] -> [..., T, V]
     trace.update({"lnf": x, "logits": logits})
     return (logits, trace) if return_trace else logits
+
+
+def _edited(edit: WriteEdit, i: int, x: np.ndarray, p: Mapping[str, np.ndarray],
+            writes: BlockWrites, act: Callable[[np.ndarray], np.ndarray]) -> BlockWrites:
+    """Block i's writes after ``edit``: attention's first, then the MLP's, which is run again
+    on the edited stream when attention's write changed (as :func:`anatomy.blocks.block`
+    would run it).
+
+    Shapes: x [..., T, d] -> writes.attn, writes.mlp [..., T, d]
+    """
+    attn = edit(f"blocks.{i}.attn", writes.attn, writes)
+    out = writes.mlp
+    if attn is not writes.attn:                             # the MLP reads x + the new write
+        out = mlp(layer_norm(x + attn, p["ln2_g"], p["ln2_b"]), p["W_1"], p.get("b_1"),
+                  p["W_2"], p.get("b_2"), act=act)          # [..., T, d]
+    writes = writes._replace(attn=attn, mlp=out)
+    return writes._replace(mlp=edit(f"blocks.{i}.mlp", out, writes))
 
 
 def forward_cached(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig,
@@ -196,9 +235,7 @@ def _sampling_args(args: dict, sizes: dict) -> None:
     check_positive_int(args["n_new"], "n_new")
     if not temperature >= 0:
         raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= cfg.V):
-        raise ValueError(f"top_k: expected an integer in [1, V] = [1, {cfg.V}] or None, "
-                         f"got {top_k!r}")
+    check_top_k(top_k, cfg.V)
     if temperature > 0 and not isinstance(args["rng"], np.random.Generator):
         raise ValueError("rng: sampling with temperature > 0 needs a np.random.Generator, "
                          f"got {args['rng']!r}")
@@ -275,13 +312,8 @@ def next_token_distribution(logits: np.ndarray, temperature: float = 1.0,
     """
     logits = np.asarray(logits)
     V = check_shape(logits, "logits", "[..., V]")["V"]
-    if not temperature > 0:
-        raise ValueError(f"temperature: expected a number > 0, got {temperature!r}")
-    if top_k is not None:
-        if isinstance(top_k, bool) or not (isinstance(top_k, (int, np.integer))
-                                           and 1 <= top_k <= V):
-            raise ValueError(f"top_k: expected an integer in [1, V] = [1, {V}] or None, "
-                             f"got {top_k!r}")
+    check_positive_number(temperature, "temperature")
+    if check_top_k(top_k, V) is not None:
         kth = np.sort(logits, axis=-1)[..., -top_k, None]      # [..., V] -> [..., 1]
         logits = np.where(logits < kth, -np.inf, logits)       # [..., V]
     return softmax(logits / temperature)                       # [..., V]

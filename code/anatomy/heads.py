@@ -13,15 +13,18 @@ import numpy as np
 from ._validate import (
     check_bool,
     check_divisible,
+    check_groups,
     check_leading,
     check_mask,
     check_positive_int,
     check_projection,
+    check_rope_heads,
     check_shape,
     shape_error,
     validated,
 )
 from .attention import attention
+from .linear import linear
 from .masks import causal_mask
 from .positions import rope
 
@@ -54,15 +57,6 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     *lead, h, T, d_head = x.shape
     x = np.moveaxis(x, -3, -2)                  # [..., h, T, d_head] -> [..., T, h, d_head]
     return x.reshape(*lead, T, h * d_head)      # -> [..., T, d]
-
-
-def linear(x: np.ndarray, W: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """A learned projection, x @ W (+ b); weights are stored [in, out]. Checked by callers.
-
-    Shapes: x [..., n, d_in], W [d_in, d_out], b [d_out] -> [..., n, d_out]
-    """
-    y = x @ W                                   # [..., n, d_in] @ [d_in, d_out] -> [..., n, d_out]
-    return y if b is None else y + b
 
 
 def _sequence_mask(mask: np.ndarray | None, causal: bool, lead: tuple[int, ...], T_q: int,
@@ -197,7 +191,7 @@ def cross_attention(x_q: np.ndarray, x_kv: np.ndarray, W_q: np.ndarray, W_kv: np
     h = check_positive_int(h, "h")
     d = check_shape(x_q, "x_q", "[..., T_q, d]")["d"]
     d_kv = check_shape(x_kv, "x_kv", "[..., T_k, d_kv]")["d_kv"]
-    check_leading(x_kv, "x_kv", "[..., T_k, d_kv]", x_q.shape, "x_q")
+    check_leading(x_kv, "x_kv", "[..., T_k, d_kv]", x_q.shape[:-2], "x_q")
     check_divisible("x_q", d, h)
     check_projection(W_q, b_q, ("W_q", "b_q"), "[d, d]", d=d)
     check_projection(W_kv, b_kv, ("W_kv", "b_kv"), "[d_kv, 2d]", d=d, d_kv=d_kv)
@@ -232,13 +226,10 @@ def grouped_query_attention(x: np.ndarray, W_q: np.ndarray, W_kv: np.ndarray, W_
     h, h_kv = check_positive_int(h, "h"), check_positive_int(h_kv, "h_kv")
     d = check_shape(x, "x", "[..., T, d]")["d"]
     check_divisible("x", d, h)
-    if h % h_kv:
-        raise ValueError(f"h_kv: h={h} query heads do not split into groups for h_kv={h_kv} "
-                         "key/value heads (h must be a multiple of h_kv)")
+    check_groups("h_kv", h, h_kv)
     d_head = d // h
-    if rope_base is not None and d_head % 2:
-        raise ValueError(f"rope_base: RoPE turns features in pairs, so d_head = d / h must be "
-                         f"even, got d_head={d_head} (d={d}, h={h})")
+    if rope_base is not None:
+        check_rope_heads("rope_base", d, h)
     check_projection(W_q, None, ("W_q", "b_q"), "[d, d]", d=d)
     check_projection(W_kv, None, ("W_kv", "b_kv"), "[d, 2d_kv]", d=d, d_kv=h_kv * d_head)
     check_projection(W_o, None, ("W_o", "b_o"), "[d, d]", d=d)

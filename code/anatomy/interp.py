@@ -1,8 +1,9 @@
 """Reading a trained model: attention patterns, what each head does, where a logit comes
 from, and what the position table learned (for the shipped model of ``anatomy.weights``).
 
-Everything runs the model through :func:`anatomy.gpt_numpy.forward` with ``return_trace``,
-so there is one forward pass in the book and these functions only read what it records.
+Everything runs the model through :func:`anatomy.gpt_numpy.forward`, so there is one forward
+pass in the book: these functions read what it records (``return_trace``) or change one
+sublayer's write as it runs (``edit``).
 
 - :func:`attention_patterns`: every block's attention weights, stacked.
 - :func:`head_scores`: for each (layer, head), the mean attention on a named kind of key
@@ -10,10 +11,15 @@ so there is one forward pass in the book and these functions only read what it r
   current word or line, the latest space or newline, an earlier copy of the current
   character, the character after such a copy), beside what a head spreading its attention
   evenly would score. A head whose score on one kind is high and far above that baseline has
-  a job you can name with a number.
+  a pattern you can name with a number; what the model uses it for is a separate question.
 - :func:`direct_logit_attribution`: one logit split into the contributions of the token
   embedding, the position embedding, each attention layer and each MLP (Elhage et al.,
   2021), with the final LayerNorm's scale frozen; the pieces sum to the logit.
+- :func:`logit_diff_attribution`: the same split for a logit difference (against another
+  token, or the mean logit), which is what the softmax sees; by head if asked.
+- :func:`ablate_heads`: the loss with heads mean- or zero-ablated; :func:`patch_recovery`:
+  how much of a logit difference patching one head's or MLP's write from a clean run into
+  a corrupted one gives back (activation patching).
 - :func:`cosine_similarity` and :func:`position_similarity`: how alike the rows of a
   position table are, trained against freshly initialised.
 
@@ -28,15 +34,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validate import check_ids, check_shape
-from .blocks import LN_EPS
-from .gpt_numpy import forward
+from .blocks import LN_EPS, BlockWrites
+from .gpt_numpy import WriteEdit, forward, loss, next_token_loss
 from .params import GPTConfig, init_params
 
 ROLES = ("previous", "self", "first", "word start", "last space", "line start",
          "last newline", "same char", "induction")
 _TEXT_ROLES = ("word start", "last space", "line start", "last newline")   # need a tokenizer
 # A few words for each role of ROLES, as in "puts 0.55 on <the previous character>". The
-# "last space" role counts any whitespace, so its key may be a newline.
+# "last space" role counts any whitespace, so its key may be a newline. Except "previous"
+# and "self", no role counts the query's own key or the one just before it.
 ROLE_WORDS = {
     "previous": "the previous character",
     "self": "itself",
@@ -83,10 +90,12 @@ def _last_before(flags: np.ndarray) -> np.ndarray:
 def role_targets(ids: np.ndarray, whitespace_ids=(), newline_ids=()
                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each role of :data:`ROLES`, which keys count (``targets``) and which queries have
-    any (``defined``). Roles that overlap "previous" or "self" leave those two keys out, so
-    each score measures a separate job, except "last space" and "last newline", which are
-    the latest such character wherever it is; the four roles about words and lines need the
-    ids of the whitespace and newline characters.
+    any (``defined``). Roles other than "previous" and "self" never count those two keys, so
+    that each score measures a separate job: a query whose latest space (or start of word,
+    and so on) is itself or the character just before it is left out of that role, not
+    credited to it. The four roles about words and lines need the ids of the whitespace and
+    newline characters; "last space" counts every whitespace id, so its key may be a
+    newline (the gap in front of a line's first word).
 
     Shapes: ids [B, T] -> each role: targets [B, T, T] (query t, key j), defined [B, T]
     """
@@ -112,11 +121,11 @@ def role_targets(ids: np.ndarray, whitespace_ids=(), newline_ids=()
     word = _last_before(is_space) + 1                              # [B, T]
     out["word start"] = one_key(word, (word > 0) & ~is_space & (word <= t.T - 2))
     space = _last_upto(is_space)                                   # [B, T]
-    out["last space"] = one_key(space, space >= 0)
+    out["last space"] = one_key(space, (space >= 0) & (space <= t.T - 2))
     line = _last_before(is_newline) + 1                            # [B, T]
     out["line start"] = one_key(line, (line > 0) & (line <= t.T - 2))
     newline = _last_upto(is_newline)                               # [B, T]
-    out["last newline"] = one_key(newline, newline >= 0)
+    out["last newline"] = one_key(newline, (newline >= 0) & (newline <= t.T - 2))
     same = (ids[:, None, :] == ids[:, :, None]) & far              # [B, T, T]: ids[j] == ids[t]
     out["same char"] = same, same.any(axis=-1)
     after = np.zeros_like(same)                                    # key j follows a copy at j-1
@@ -270,8 +279,8 @@ def cosine_similarity(table: np.ndarray) -> np.ndarray:
 def position_similarity(params: Mapping[str, np.ndarray], cfg: GPTConfig, seed: int = 0
                         ) -> dict[str, np.ndarray]:
     """The cosine similarity of the trained position table's rows, beside that of an
-    untrained one (``init_params(cfg, seed)``, GPT-2's N(0, 0.02^2)): "trained" and
-    "untrained".
+    untrained one (``init_params(cfg, seed)``: N(0, 0.02^2), as nanoGPT and Hugging Face
+    draw GPT-2's): "trained" and "untrained".
 
     Shapes: pos_emb [ctx, d] -> each [ctx, ctx]
     """
@@ -279,3 +288,293 @@ def position_similarity(params: Mapping[str, np.ndarray], cfg: GPTConfig, seed: 
     untrained = init_params(cfg, seed)["pos_emb"]                  # [ctx, d]
     return {"trained": cosine_similarity(params["pos_emb"]),
             "untrained": cosine_similarity(untrained)}
+
+
+# ---------------------------------------------------------------- causes: ablation, patching
+
+def head_writes(writes: BlockWrites, W_o: np.ndarray) -> np.ndarray:
+    """What each head of one block writes to the residual stream: head k's output
+    softmax(q k^T / sqrt(d_head)) v through its own d_head rows of W_o. The h writes plus
+    the bias b_o sum to the block's attention write.
+
+    Shapes: writes.weights [..., h, T, T], writes.kv[1] [..., h, T, d_head], W_o [d, d]
+            -> [..., h, T, d]
+    """
+    weights, values = writes.weights, writes.kv[1]
+    z = weights @ values               # [..., h, T, T] @ [..., h, T, d_head] -> [..., h, T, d_head]
+    h, d_head = z.shape[-3], z.shape[-1]
+    W = np.asarray(W_o).reshape(h, d_head, -1)              # [d, d] -> [h, d_head, d]
+    return z @ W                       # [..., h, T, d_head] @ [h, d_head, d] -> [..., h, T, d]
+
+
+def _check_heads(heads, cfg: GPTConfig) -> list[tuple[int, int]]:
+    """A list of (layer, head) pairs, each inside the model."""
+    if isinstance(heads, tuple) and len(heads) == 2 and all(
+            isinstance(v, (int, np.integer)) for v in heads):
+        raise ValueError(f"heads: expected a list of (layer, head) pairs, got one pair "
+                         f"{heads!r}; write [{heads!r}]")
+    out = []
+    for pair in heads:
+        ok = (isinstance(pair, (tuple, list)) and len(pair) == 2
+              and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                      for v in pair))
+        if not ok:
+            raise ValueError(f"heads: expected (layer, head) pairs of integers, got {pair!r}")
+        layer, head = int(pair[0]), int(pair[1])
+        if not (0 <= layer < cfg.L and 0 <= head < cfg.h):
+            raise ValueError(f"heads: no head ({layer}, {head}) in this model: layers "
+                             f"0..{cfg.L - 1}, heads 0..{cfg.h - 1}")
+        out.append((layer, head))
+    return out
+
+
+def _windows(ids: np.ndarray, cfg: GPTConfig) -> np.ndarray:
+    """ids [T] or [B, T] with 2 <= T <= ctx, as windows [B, T]."""
+    ids = check_ids(ids, cfg.V, cfg.ctx)
+    if ids.shape[-1] < 2:
+        raise ValueError(f"ids: expected T >= 2 (one input and one target), got shape "
+                         f"{ids.shape}")
+    return ids.reshape(-1, ids.shape[-1])
+
+
+def _recorder(params: Mapping[str, np.ndarray], store: dict) -> WriteEdit:
+    """An ``edit`` for :func:`anatomy.gpt_numpy.forward` that changes nothing and keeps every
+    head's write: store[i] [..., h, T, d] and store[f"{i}.mlp"] [..., T, d]."""
+    def edit(name: str, write: np.ndarray, writes: BlockWrites) -> np.ndarray:
+        i = int(name.split(".")[1])
+        if name.endswith(".attn"):
+            store[i] = head_writes(writes, params[f"blocks.{i}.W_o"])
+        else:
+            store[f"{i}.mlp"] = write
+        return write
+    return edit
+
+
+def ablate_heads(params: Mapping[str, np.ndarray], cfg: GPTConfig, ids: np.ndarray,
+                 heads, how: str = "mean", where: np.ndarray | None = None,
+                 batch: int = 128) -> float:
+    """The mean next-token loss on ``ids`` with the given heads ablated: each head's write
+    to the residual stream replaced by its mean over every position and window of ``ids``
+    (``how="mean"``, computed on the intact model), or by zero (``how="zero"``). Everything
+    downstream, the MLP of the same block included, reads the edited stream. ``heads=[]``
+    gives the intact model's loss. Mean-ablation keeps the average the later layers are used
+    to and removes only what the head says about this position and window; zeroing also
+    removes that average, so it can cost more than the head's information is worth.
+
+    ``where`` (booleans shaped like ``ids``) keeps only the predictions of the ids it marks:
+    where[..., j] counts the loss of predicting ids[..., j] from ids[..., :j], so column 0,
+    which nothing predicts, must be False. The means are still taken over every position.
+
+    Shapes: ids [T] or [B, T] (2 <= T <= ctx), heads [(layer, head), ...],
+            where like ids -> scalar (nats)
+    """
+    if how not in ("mean", "zero"):
+        raise ValueError(f"how: expected 'mean' or 'zero', got {how!r}")
+    heads = _check_heads(heads, cfg)
+    rows = _windows(ids, cfg)                                      # [B, T]
+    keep = _check_where(where, np.shape(ids)).reshape(rows.shape) if where is not None else None
+    layers = sorted({layer for layer, _ in heads})
+    means = {layer: np.zeros((cfg.h, cfg.d)) for layer in layers}  # [h, d] per layer
+    if how == "mean" and heads:
+        for start in range(0, len(rows), batch):
+            store: dict = {}
+            forward(params, rows[start:start + batch], cfg, edit=_recorder(params, store))
+            for layer in layers:                                   # [b, h, T, d] -> [h, d]
+                means[layer] += store[layer].sum(axis=(0, 2))
+        n = rows.size                                              # B * T writes per head
+        means = {layer: m / n for layer, m in means.items()}
+    by_layer = {layer: [hd for lay, hd in heads if lay == layer] for layer in layers}
+
+    def edit(name: str, write: np.ndarray, writes: BlockWrites) -> np.ndarray:
+        i = int(name.split(".")[1])
+        if not name.endswith(".attn") or i not in by_layer:
+            return write
+        each = head_writes(writes, params[f"blocks.{i}.W_o"])     # [b, h, T, d]
+        out = write.copy()                                         # [b, T, d]
+        for hd in set(by_layer[i]):
+            out += means[i][hd] - each[:, hd]                      # [d] - [b, T, d]
+        return out
+
+    total, count = 0.0, 0
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]                          # [b, T]
+        logits = forward(params, chunk, cfg, edit=edit)            # [b, T, V]
+        if keep is None:
+            total += next_token_loss(logits, chunk) * len(chunk)
+            count += len(chunk)
+            continue
+        mask = keep[start:start + batch, 1:]                       # [b, T-1]: targets kept
+        if mask.any():                   # logits [b, T-1, V][mask] -> [n, V], targets [n]
+            total += loss(logits[:, :-1][mask], chunk[:, 1:][mask]) * int(mask.sum())
+            count += int(mask.sum())
+    return total / count
+
+
+def _check_where(where, shape: tuple) -> np.ndarray:
+    """A boolean mask shaped like the ids, marking at least one predicted id (not column 0)."""
+    where = np.asarray(where)
+    if where.dtype != bool or where.shape != tuple(shape):
+        raise ValueError(f"where: expected booleans shaped like ids {tuple(shape)}, got "
+                         f"{where.dtype} {where.shape}")
+    if where[..., 0].any():
+        raise ValueError("where: column 0 marks the first id of a window, which nothing "
+                         "predicts; leave it False")
+    if not where.any():
+        raise ValueError("where: marks no prediction; nothing to average")
+    return where
+
+
+def after_blank_line(ids: np.ndarray, newline_id: int) -> np.ndarray:
+    """Which ids sit on a line that follows a blank line (in a play, the speaker's name),
+    not counting the newline that ends it. Only lines whose blank line lies inside the
+    window count.
+
+    Shapes: ids [T] or [B, T] -> booleans of the same shape
+    """
+    ids = np.asarray(ids)
+    rows = ids.reshape(-1, ids.shape[-1])                          # [B, T]
+    is_newline = rows == newline_id                                # [B, T]
+    last = _last_before(is_newline)                                # [B, T]: newline before t
+    before = np.take_along_axis(is_newline, np.maximum(last - 1, 0), axis=-1)   # [B, T]
+    out = (last >= 1) & before & ~is_newline                       # "\n\n" then this line
+    return out.reshape(ids.shape)
+
+
+def _token(value, cfg: GPTConfig, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not (
+            0 <= value < cfg.V):
+        raise ValueError(f"{name}: expected a token id in [0, V) = [0, {cfg.V}), got "
+                         f"{value!r}")
+    return int(value)
+
+
+def _direction(params: Mapping[str, np.ndarray], cfg: GPTConfig, target, other
+               ) -> np.ndarray:
+    """The unembedding direction whose dot product with LN_f(x) is the logit difference:
+    head[target] - head[other], or head[target] - the mean row (``other="mean"``: the
+    centred logit, the logit minus the mean of all V logits).
+
+    Shapes: -> [d]
+    """
+    unembed = np.asarray(params["tok_emb"] if cfg.tied else params["head"], np.float64)
+    target = _token(target, cfg, "target")
+    if isinstance(other, str):
+        if other != "mean":
+            raise ValueError(f"other: expected a token id or 'mean', got {other!r}")
+        return unembed[target] - unembed.mean(axis=0)              # [d]
+    other = _token(other, cfg, "other")
+    if other == target:
+        raise ValueError(f"other: expected a token other than target = {target}")
+    return unembed[target] - unembed[other]                        # [d]
+
+
+def logit_diff(logits: np.ndarray, target: int, other) -> np.ndarray:
+    """logit[target] - logit[other], or minus the mean logit when ``other="mean"``.
+
+    Shapes: logits [..., V] -> [...]
+    """
+    ref = logits.mean(axis=-1) if isinstance(other, str) else logits[..., other]
+    return logits[..., target] - ref
+
+
+def logit_diff_attribution(params: Mapping[str, np.ndarray], cfg: GPTConfig,
+                           ids: np.ndarray, target: int, other, by_head: bool = False
+                           ) -> dict[str, float]:
+    """Split the logit difference logit[target] - logit[other] at the last position of
+    ``ids`` into what each part of the model wrote into the residual stream; the parts sum
+    to it exactly (in float64, to about 1e-12).
+
+    ``other`` is a token id, or "mean" for the centred logit (the target's logit minus the
+    mean of all V). Either way a push that raises every logit alike, which the softmax
+    ignores, scores zero here, unlike in the raw logit of :func:`direct_logit_attribution`.
+    The final LayerNorm's scale 1 / sqrt(var + eps) is frozen at the value the real stream
+    gives at that position, the standard direct logit attribution (Elhage et al., 2021):
+    each piece counts ((piece - mean(piece)) * scale * lnf_g) . (head[target] - head[other]),
+    and the LayerNorm's shift counts lnf_b . (head[target] - head[other]).
+
+    Keys, in order: "tok_emb", "pos_emb", then for each block i "blocks.{i}.attn" (or with
+    ``by_head`` its heads "blocks.{i}.head{k}" and the bias "blocks.{i}.b_o") and
+    "blocks.{i}.mlp", then "lnf_b".
+
+    Shapes: ids [T] (1 <= T <= ctx), target, other in [0, V) -> {part: float}
+    """
+    ids = check_ids(ids, cfg.V, cfg.ctx)
+    if ids.ndim != 1:
+        raise ValueError(f"ids: expected one sequence [T], got shape {ids.shape}")
+    direction = _direction(params, cfg, target, other)            # [d]
+    p = {name: np.asarray(value, dtype=np.float64) for name, value in params.items()}
+    store: dict = {}
+    _, trace = forward(p, ids, cfg, return_trace=True, edit=_recorder(p, store))
+    pos = len(ids) - 1
+    pieces = {"tok_emb": p["tok_emb"][ids[pos]], "pos_emb": p["pos_emb"][pos]}   # [d] each
+    for i in range(cfg.L):
+        if by_head:
+            for k in range(cfg.h):
+                pieces[f"blocks.{i}.head{k}"] = store[i][k, pos]               # [d]
+            b_o = p.get(f"blocks.{i}.b_o")
+            pieces[f"blocks.{i}.b_o"] = np.zeros(cfg.d) if b_o is None else b_o
+        else:
+            pieces[f"blocks.{i}.attn"] = trace[f"blocks.{i}.attn"][pos]         # [d]
+        pieces[f"blocks.{i}.mlp"] = trace[f"blocks.{i}.mlp"][pos]               # [d]
+    stream = trace[f"blocks.{cfg.L - 1}.out"][pos]                              # [d]
+    scale = 1.0 / np.sqrt(stream.var() + LN_EPS)          # frozen, from the real stream
+    read = p["lnf_g"] * scale * direction                  # [d]
+    out = {name: float((c - c.mean()) @ read) for name, c in pieces.items()}    # [d] @ [d]
+    out["lnf_b"] = float(p["lnf_b"] @ direction)                                 # [d] @ [d]
+    return out
+
+
+@dataclass(frozen=True)
+class PatchRecovery:
+    """What patching one head's (or one MLP's) write from a clean run into a corrupted one
+    gives back, as a share of the logit difference: 0 = the corrupted run's, 1 = the clean
+    run's. ``heads`` [L, h], ``mlps`` [L]; ``clean`` and ``corrupt``: the two runs' logit
+    differences at the last position."""
+
+    heads: np.ndarray
+    mlps: np.ndarray
+    clean: float
+    corrupt: float
+
+
+def patch_recovery(params: Mapping[str, np.ndarray], cfg: GPTConfig, clean: np.ndarray,
+                   corrupt: np.ndarray, target: int, other) -> PatchRecovery:
+    """Activation patching: run ``corrupt``, but with one head's write (at every position)
+    taken from the run on ``clean``, and measure how much of the logit difference
+    logit[target] - logit[other] at the last position comes back:
+    (patched - corrupt) / (clean - corrupt). The same for each MLP's write. Every head and
+    every MLP is patched alone, the rest of the corrupted run recomputed around it.
+
+    Shapes: clean [T], corrupt [T] (same T <= ctx), target, other in [0, V)
+            -> heads [L, h], mlps [L]
+    """
+    clean, corrupt = check_ids(clean, cfg.V, cfg.ctx, name="clean"), check_ids(
+        corrupt, cfg.V, cfg.ctx, name="corrupt")
+    if clean.ndim != 1 or clean.shape != corrupt.shape:
+        raise ValueError(f"clean, corrupt: expected two sequences [T] of the same length, "
+                         f"got shapes {clean.shape} and {corrupt.shape}")
+    _direction(params, cfg, target, other)                         # checks target, other
+    store: dict = {}
+    ld_clean = float(logit_diff(forward(params, clean, cfg, edit=_recorder(params, store))[-1],
+                                target, other))
+    ld_corrupt = float(logit_diff(forward(params, corrupt, cfg)[-1], target, other))
+    if abs(ld_clean - ld_corrupt) < 1e-6:
+        raise ValueError(f"clean, corrupt: the two runs give the same logit difference "
+                         f"({ld_clean:.3g}), so there is nothing to recover")
+
+    def patched(layer: int, head: int | None) -> float:
+        def edit(name: str, write: np.ndarray, writes: BlockWrites) -> np.ndarray:
+            if name == f"blocks.{layer}.mlp" and head is None:
+                return store[f"{layer}.mlp"]
+            if name == f"blocks.{layer}.attn" and head is not None:
+                mine = head_writes(writes, params[f"blocks.{layer}.W_o"])[head]   # [T, d]
+                return write - mine + store[layer][head]
+            return write
+        logits = forward(params, corrupt, cfg, edit=edit)          # [T, V]
+        return float(logit_diff(logits[-1], target, other))
+
+    span = ld_clean - ld_corrupt
+    heads = np.array([[(patched(i, k) - ld_corrupt) / span for k in range(cfg.h)]
+                      for i in range(cfg.L)])                      # [L, h]
+    mlps = np.array([(patched(i, None) - ld_corrupt) / span for i in range(cfg.L)])   # [L]
+    return PatchRecovery(heads=heads, mlps=mlps, clean=ld_clean, corrupt=ld_corrupt)

@@ -29,54 +29,63 @@ from typing import NamedTuple
 import numpy as np
 
 from ._validate import (
+    check_divisible,
+    check_even,
+    check_groups,
     check_ids,
     check_keys,
+    check_pairs,
     check_positive_int,
+    check_positive_number,
+    check_rope_heads,
     check_shape,
+    check_type,
     resolve,
-    shape_error,
     validated,
 )
 from .flops import matmul_flops
 from .gpt_numpy import _as_numpy
 from .heads import grouped_query_attention
 from .heads import kv_cache_bytes as _kv_bytes
-from .params import GPT2_SMALL, GPTConfig, block_params
+from .params import (
+    GPT2_SMALL,
+    GPTConfig,
+    block_params,
+    check_table,
+    count_table,
+    draw_table,
+    resolve_table,
+    short_name,
+)
 from .positions import pair_frequencies
 
 # The six changes, in the order the appendix makes them.
 CHANGES = ("RMSNorm", "SwiGLU", "RoPE", "GQA", "no biases", "untied head")
 
 
-def _check_number(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not (
-            value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name}: expected a positive number, got {value!r}")
-    return float(value)
-
-
 def _check_sizes(sizes: _Sizes, owner: str, flags: tuple[str, ...]) -> None:
     """The letters are positive integers, the heads split d and each other, flags are bools."""
     for name in ("V", "ctx", "d", "L", "h", "h_kv", "d_ff"):
         check_positive_int(getattr(sizes, name), f"{owner}.{name}")
-    d, h, h_kv = sizes.d, sizes.h, sizes.h_kv
-    if d % h:
-        raise ValueError(f"{owner}.h: d={d} is not divisible by h={h} heads")
-    if h_kv > h or h % h_kv:
-        raise ValueError(f"{owner}.h_kv: h={h} query heads do not split into groups for "
-                         f"h_kv={h_kv} key/value heads (h must be a multiple of h_kv)")
+    check_divisible(f"{owner}.h", sizes.d, sizes.h)
+    check_groups(f"{owner}.h_kv", sizes.h, sizes.h_kv)
     for name in flags:
         if not isinstance(getattr(sizes, name), bool):
             raise ValueError(f"{owner}.{name}: expected True or False, "
                              f"got {getattr(sizes, name)!r}")
 
 
+@dataclass(frozen=True)
 class _Sizes:
-    """The head widths both configs derive from their letters."""
+    """The letters both configs share, in this order, and the head widths derived from them."""
 
+    V: int
+    ctx: int
     d: int
+    L: int
     h: int
     h_kv: int
+    d_ff: int
 
     @property
     def d_head(self) -> int:
@@ -100,24 +109,15 @@ class LlamaConfig(_Sizes):
     here, not deep inside a forward pass.
     """
 
-    V: int
-    ctx: int
-    d: int
-    L: int
-    h: int
-    h_kv: int
-    d_ff: int
     rope_base: float = 10000.0
     eps: float = 1e-5
     tied: bool = False
 
     def __post_init__(self) -> None:
         _check_sizes(self, "cfg", ("tied",))
-        if self.d_head % 2:
-            raise ValueError(f"cfg.h: RoPE turns features in pairs, so d_head = d / h must be "
-                             f"even, got d_head={self.d_head} (d={self.d}, h={self.h})")
-        _check_number(self.rope_base, "cfg.rope_base")
-        _check_number(self.eps, "cfg.eps")
+        check_rope_heads("cfg.h", self.d, self.h)
+        check_positive_number(self.rope_base, "cfg.rope_base")
+        check_positive_number(self.eps, "cfg.eps")
 
     @property
     def design(self) -> Design:
@@ -147,13 +147,6 @@ class Design(_Sizes):
     table. Only counted, never run: :func:`forward` runs a :class:`LlamaConfig`.
     """
 
-    V: int
-    ctx: int
-    d: int
-    L: int
-    h: int
-    h_kv: int
-    d_ff: int
     rms_norm: bool = False
     swiglu: bool = False
     rope: bool = False
@@ -174,9 +167,7 @@ class Design(_Sizes):
 def gpt2_design(gpt: GPTConfig = GPT2_SMALL) -> Design:
     """Chapter 7's GPT as a :class:`Design` with none of the changes (W_qkv counted as
     W_q and W_kv, which hold the same numbers)."""
-    if not isinstance(gpt, GPTConfig):
-        raise TypeError(f"gpt: expected a GPTConfig (e.g. anatomy.params.GPT2_SMALL), got "
-                        f"{type(gpt).__name__}")
+    check_type(gpt, "gpt", GPTConfig, "anatomy.params.GPT2_SMALL")
     return Design(V=gpt.V, ctx=gpt.ctx, d=gpt.d, L=gpt.L, h=gpt.h, h_kv=gpt.h, d_ff=gpt.d_ff,
                   tied=gpt.tied)
 
@@ -229,7 +220,7 @@ def swiglu_width(d: int, multiple_of: int = 256, multiplier: float | None = None
     multiple_of = check_positive_int(multiple_of, "multiple_of")
     width = int(2 * 4 * d / 3)
     if multiplier is not None:
-        width = int(_check_number(multiplier, "multiplier") * width)
+        width = int(check_positive_number(multiplier, "multiplier") * width)
     return multiple_of * -(-width // multiple_of)          # round up
 
 
@@ -291,17 +282,16 @@ def _sizes(cfg: LlamaConfig | Design) -> dict[str, int]:
 def param_shapes(cfg: LlamaConfig | Design) -> dict[str, tuple[int, ...]]:
     """THE shape table: every parameter's flat name and shape, in order. It initialises
     (:func:`init_params`), checks (:func:`check_params`) and counts (:func:`count_params`)."""
-    sizes = _sizes(_as_design(cfg))
-    return {name: resolve(spec, **sizes) for name, spec in param_specs(cfg).items()}
+    return resolve_table(param_specs(cfg), _sizes(_as_design(cfg)))
 
 
 def count_params(cfg: LlamaConfig | Design) -> int:
     """Total number of parameters, summed over the shape table (a tied head counts once)."""
-    return sum(math.prod(shape) for shape in param_shapes(cfg).values())
+    return count_table(param_shapes(cfg))
 
 
 def _kind(name: str) -> str:
-    short = name.rsplit(".", 1)[-1]                   # "blocks.3.W_kv" -> "W_kv"
+    short = short_name(name)                          # "blocks.3.W_kv" -> "W_kv"
     if short in ("tok_emb", "pos_emb"):
         return "embeddings"
     if short == "head":
@@ -402,7 +392,7 @@ def step_costs(steps: Iterable[tuple[str, Design]], T: int, B: int = 1,
 
 
 def _positive_eps(args: dict, sizes: dict) -> None:
-    _check_number(args["eps"], "eps")
+    check_positive_number(args["eps"], "eps")
 
 
 @validated(where=_positive_eps)
@@ -445,10 +435,8 @@ def swiglu(x: np.ndarray, W_gate: np.ndarray, W_up: np.ndarray, W_down: np.ndarr
 
 
 def _rope_args(args: dict, sizes: dict) -> None:
-    if sizes["d"] % 2:
-        raise shape_error("x", "[..., T, d]", args["x"].shape,
-                          note="with d even (features turn in pairs)")
-    _check_number(args["base"], "base")
+    check_pairs(args["x"], "x", "[..., T, d]")
+    check_positive_number(args["base"], "base")
 
 
 @validated(floats=("x",), where=_rope_args)
@@ -473,20 +461,13 @@ def rope_rotate_half(x: np.ndarray, base: float = 10000.0) -> np.ndarray:
 
 
 def _check_cfg(cfg: object) -> LlamaConfig:
-    if not isinstance(cfg, LlamaConfig):
-        raise TypeError(f"cfg: expected a LlamaConfig (e.g. anatomy.modern.LLAMA3_8B), got "
-                        f"{type(cfg).__name__}")
-    return cfg
+    return check_type(cfg, "cfg", LlamaConfig, "anatomy.modern.LLAMA3_8B")
 
 
 def check_params(params: Mapping[str, np.ndarray], cfg: LlamaConfig) -> None:
     """Every name of the shape table present, nothing else, and every shape right."""
     cfg = _check_cfg(cfg)
-    specs = param_specs(cfg)
-    check_keys(params, "params", specs)
-    sizes = _sizes(cfg)
-    for name, spec in specs.items():
-        check_shape(params[name], f"params[{name!r}]", spec, **sizes)
+    check_table(params, param_specs(cfg), _sizes(cfg))
 
 
 def init_params(cfg: LlamaConfig, rng: np.random.Generator | int,
@@ -497,20 +478,7 @@ def init_params(cfg: LlamaConfig, rng: np.random.Generator | int,
     stream, get std 0.02 / sqrt(2L); RMSNorm gains 1. Drawn in float64, then cast, so a seed
     gives the same model in every dtype. ``rng`` is a Generator or a seed.
     """
-    cfg = _check_cfg(cfg)
-    rng = np.random.default_rng(rng)
-    residual_std = 0.02 / math.sqrt(2 * cfg.L)
-    params = {}
-    for name, shape in param_shapes(cfg).items():
-        short = name.rsplit(".", 1)[-1]
-        if short.endswith("_g"):
-            value = np.ones(shape)
-        elif short in ("W_o", "W_down"):
-            value = rng.standard_normal(shape) * residual_std
-        else:
-            value = rng.standard_normal(shape) * 0.02
-        params[name] = value.astype(dtype)
-    return params
+    return draw_table(param_shapes(_check_cfg(cfg)), rng, cfg.L, ("W_o", "W_down"), dtype)
 
 
 def _head(params: Mapping[str, np.ndarray], cfg: LlamaConfig) -> np.ndarray:
@@ -521,10 +489,7 @@ def _head(params: Mapping[str, np.ndarray], cfg: LlamaConfig) -> np.ndarray:
 def _block_args(args: dict, sizes: dict) -> None:
     cfg = _check_cfg(args["cfg"])
     check_shape(args["x"], "x", "[..., T, d]", d=cfg.d)
-    specs = _block_specs(cfg.design)
-    check_keys(args["p"], "p", specs)
-    for name, spec in specs.items():
-        check_shape(args["p"][name], f"p[{name!r}]", spec, **_sizes(cfg))
+    check_table(args["p"], _block_specs(cfg.design), _sizes(cfg), name="p")
 
 
 @validated(where=_block_args)
@@ -583,10 +548,7 @@ def rotate_half_permutation(d_head: int) -> np.ndarray:
 
     Shapes: -> perm [d_head], book feature c = HF feature perm[c]
     """
-    d_head = check_positive_int(d_head, "d_head")
-    if d_head % 2:
-        raise ValueError(f"d_head: expected an even width (RoPE turns features in pairs), "
-                         f"got d_head={d_head}")
+    d_head = check_even(d_head, "d_head", "RoPE turns features in pairs")
     half = d_head // 2
     return np.arange(d_head).reshape(2, half).T.reshape(-1)   # [2, d/2] -> [d/2, 2] -> [d]
 

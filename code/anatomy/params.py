@@ -87,6 +87,64 @@ LINEAR_BIAS_NAMES = ("b_qkv", "b_o", "b_1", "b_2")
 BIAS_NAMES = (*LINEAR_BIAS_NAMES, "ln1_b", "ln2_b", "lnf_b")
 
 
+# ---- the mechanism behind every shape table: this GPT's and anatomy.modern's Llama's ------
+
+
+def short_name(name: str) -> str:
+    """A parameter's name inside its block: "blocks.3.W_qkv" -> "W_qkv", "tok_emb" as is."""
+    return name.rsplit(".", 1)[-1]
+
+
+def resolve_table(specs: Mapping[str, str], sizes: Mapping[str, int]
+                  ) -> dict[str, tuple[int, ...]]:
+    """A shape table in numbers: every spec in letters resolved with ``sizes``, in order."""
+    return {name: resolve(spec, **sizes) for name, spec in specs.items()}
+
+
+def count_table(shapes: Mapping[str, tuple[int, ...]], without: Iterable[str] = ()) -> int:
+    """The numbers in a shape table, leaving out entries whose short name is in ``without``."""
+    return sum(math.prod(shape) for name, shape in shapes.items()
+               if short_name(name) not in without)
+
+
+def check_table(params: Mapping[str, np.ndarray], specs: Mapping[str, str],
+                sizes: Mapping[str, int], name: str = "params") -> None:
+    """Every name of the shape table present, nothing else, and every shape right."""
+    check_keys(params, name, specs)
+    for key, spec in specs.items():
+        check_shape(params[key], f"{name}[{key!r}]", spec, **sizes)
+
+
+def draw_table(shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator | int, L: int,
+               residual: Iterable[str], dtype: np.dtype | type = np.float64
+               ) -> dict[str, np.ndarray]:
+    """Random weights in the GPT-2 style, drawn in the table's order.
+
+    Gains (``*_g``) 1; biases (``b_*``) and LayerNorm shifts (``*_b``) 0; the matrices named
+    in ``residual``, which write into the residual stream, N(0, (0.02 / sqrt(2L))^2); every
+    other matrix and table N(0, 0.02^2). Draws are made in float64 and then cast, so the same
+    seed gives the same model in every dtype.
+    """
+    rng = np.random.default_rng(rng)
+    residual, residual_std = set(residual), 0.02 / math.sqrt(2 * L)
+    params = {}
+    for name, shape in shapes.items():
+        short = short_name(name)
+        if short.endswith("_g"):
+            value = np.ones(shape)
+        elif short.startswith("b_") or short.endswith("_b"):
+            value = np.zeros(shape)
+        elif short in residual:
+            value = rng.standard_normal(shape) * residual_std
+        else:
+            value = rng.standard_normal(shape) * 0.02
+        params[name] = value.astype(dtype)
+    return params
+
+
+# ---- this GPT's shape table -----------------------------------------------------------------
+
+
 def param_specs(cfg: GPTConfig) -> dict[str, str]:
     """Every parameter's name and its shape in letters, e.g. "blocks.0.W_qkv": "[d, 3d]"."""
     specs = dict(_EMBEDDING_SPECS)
@@ -115,10 +173,6 @@ def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
     return {name: resolve(spec, **sizes) for name, spec in specs.items()}
 
 
-def _short(name: str) -> str:
-    return name.rsplit(".", 1)[-1]          # "blocks.3.W_qkv" -> "W_qkv"
-
-
 def count_params(cfg: GPTConfig, *, without: Iterable[str] = ()) -> int:
     """Total number of parameters, summed over the shape table.
 
@@ -132,8 +186,7 @@ def count_params(cfg: GPTConfig, *, without: Iterable[str] = ()) -> int:
     if unknown:
         raise ValueError(f"without: unknown parameter name {unknown[0]!r} (expected short "
                          f"names from the shape table: {', '.join(sorted(known))})")
-    return sum(math.prod(shape) for name, shape in param_shapes(cfg).items()
-               if _short(name) not in without)
+    return count_table(param_shapes(cfg), without)
 
 
 def _positive_sizes(args: dict, sizes: dict) -> None:
@@ -247,7 +300,7 @@ def shape_table(cfg: GPTConfig) -> list[ShapeRow]:
         if name.startswith("blocks.") and not name.startswith("blocks.0."):
             continue
         block = name.startswith("blocks.0.")
-        rows.append(ShapeRow(_short(name) if block else name, spec, shapes[name],
+        rows.append(ShapeRow(short_name(name) if block else name, spec, shapes[name],
                              cfg.L if block else 1))
     return rows
 
@@ -305,30 +358,12 @@ def init_params(cfg: GPTConfig, rng: np.random.Generator | int,
 
     ``rng`` is a ``np.random.Generator`` (or a seed for one).
     """
-    rng = np.random.default_rng(rng)
-    residual_std = 0.02 / math.sqrt(2 * cfg.L)
-    params = {}
-    for name, shape in param_shapes(cfg).items():
-        short = name.rsplit(".", 1)[-1]
-        if short in ("W_o", "W_2"):
-            value = rng.standard_normal(shape) * residual_std
-        elif short.startswith("W_") or short in ("tok_emb", "pos_emb", "head"):
-            value = rng.standard_normal(shape) * 0.02
-        elif short.endswith("_g"):
-            value = np.ones(shape)
-        else:                                        # biases and LayerNorm shifts
-            value = np.zeros(shape)
-        params[name] = value.astype(dtype)
-    return params
+    return draw_table(param_shapes(cfg), rng, cfg.L, ("W_o", "W_2"), dtype)
 
 
 def check_params(params: Mapping[str, np.ndarray], cfg: GPTConfig) -> None:
     """Every name of the shape table present, nothing else, and every shape right."""
-    specs = param_specs(cfg)
-    check_keys(params, "params", specs)
-    sizes = _sizes(cfg)
-    for name, spec in specs.items():
-        check_shape(params[name], f"params[{name!r}]", spec, **sizes)
+    check_table(params, param_specs(cfg), _sizes(cfg))
 
 
 def block_params(params: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:

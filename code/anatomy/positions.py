@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_positive_int, check_shape, shape_error, validated
+from ._validate import (
+    check_even,
+    check_pairs,
+    check_positive_int,
+    check_positive_number,
+    check_shape,
+    validated,
+)
 
 
 def pair_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
@@ -26,21 +33,15 @@ def pair_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
 
     Shapes: -> [d/2]   (d even)
     """
-    d = check_positive_int(d, "d")
-    if d % 2:
-        raise ValueError(f"d: expected an even width (features come in pairs), got d={d}")
-    if not base > 0:
-        raise ValueError(f"base: expected a positive number, got {base!r}")
-    return 1.0 / float(base) ** (np.arange(0, d, 2) / d)   # [d/2]: 1, ..., about 1/base
+    d = check_even(d, "d")
+    base = check_positive_number(base, "base")
+    return 1.0 / base ** (np.arange(0, d, 2) / d)   # [d/2]: 1, ..., about 1/base
 
 
 def _table_size(args: dict, sizes: dict) -> None:
     """The ``where=`` check of :func:`sinusoidal`: n_pos and an even d, positive integers."""
     check_positive_int(args["n_pos"], "n_pos")
-    d = check_positive_int(args["d"], "d")
-    if d % 2:
-        raise ValueError(f"d: expected an even width (features come in (sin, cos) pairs), "
-                         f"got d={d}")
+    check_even(args["d"], "d", "features come in (sin, cos) pairs")
 
 
 @validated(where=_table_size)
@@ -62,11 +63,8 @@ def sinusoidal(n_pos: int, d: int) -> np.ndarray:
 
 def _rope_args(args: dict, sizes: dict) -> None:
     """The ``where=`` check of :func:`rope`: an even width and a positive base."""
-    if sizes["d"] % 2:
-        raise shape_error("x", "[..., T, d]", args["x"].shape, note="with d even (features "
-                          "rotate in pairs)")
-    if not args["base"] > 0:
-        raise ValueError(f"base: expected a positive number, got {args['base']!r}")
+    check_pairs(args["x"], "x", "[..., T, d]", "features rotate in pairs")
+    check_positive_number(args["base"], "base")
 
 
 @validated(floats=("x",), where=_rope_args)
@@ -98,9 +96,7 @@ def rope(x: np.ndarray, positions: np.ndarray | None = None, base: float = 10000
 
 def _newest_queries(args: dict, sizes: dict) -> None:
     """The ``where=`` check of :func:`rope_scores`: d_k even and T_q <= T_k."""
-    if sizes["d_k"] % 2:
-        raise shape_error("q", "[..., T_q, d_k]", args["q"].shape, note="with d_k even "
-                          "(RoPE turns features in pairs)")
+    check_pairs(args["q"], "q", "[..., T_q, d_k]", "RoPE turns features in pairs")
     if sizes["T_q"] > sizes["T_k"]:
         raise ValueError(f"q: expected at most T_k = {sizes['T_k']} queries (the newest "
                          f"T_q of the T_k positions), got T_q = {sizes['T_q']}")

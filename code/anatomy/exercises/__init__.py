@@ -31,15 +31,19 @@ from ._core import (
 )
 
 __all__ = ["Exercise", "Result", "Wrong", "register", "registry", "check", "solution",
-           "progress", "chapter_of", "NOT_ATTEMPTED", "FAILED", "PASSED", "KINDS"]
+           "progress", "chapter_of", "chapter_title", "NOT_ATTEMPTED", "FAILED", "PASSED",
+           "KINDS"]
 
 _EXERCISES: dict[str, Exercise] = {}
 # The latest verdict on each exercise in this kernel, from the reader's own check() calls.
 _RESULTS: dict[str, Result] = {}
 _LAST_CHAPTER: list[str] = []
 
-# Chapters are numbered; the appendix's exercises are "A.1", "A.2", ... in module `appendix`.
-_MODULES = {"A": "appendix"}
+# Chapters are numbered; the appendix's exercises are "A.1", "A.2", ... in module `appendix`,
+# and the unnumbered tokens chapter's "T.1", "T.2", ... in module `tokens`, the inference
+# chapter's "I.1", ... in module `inference`.
+_MODULES = {"A": "appendix", "T": "tokens", "I": "inference"}
+_TITLES = {"T": "Tokens", "I": "Inference"}
 
 
 def register(exercise: Exercise) -> Exercise:
@@ -99,7 +103,9 @@ def chapter_of(chapter: int | str) -> list[Exercise]:
 def check(exercise_id: str, answer: Any) -> Result:
     """Check the reader's answer to exercise ``exercise_id``; prints one line."""
     exercise = _lookup(exercise_id)
-    result = exercise.check(answer)
+    # The chapters import library functions that some exercises ask the reader to write;
+    # handing one in is not an answer.
+    result = exercise.check(answer, refuse_reference=True)
     _RESULTS[exercise_id] = result
     _LAST_CHAPTER[:] = [exercise.chapter]
     return result
@@ -118,6 +124,12 @@ def solution(exercise_id: str) -> Solution:
     return exercise.solution()
 
 
+def chapter_title(chapter: int | str) -> str:
+    """How the book names a chapter: "Chapter 1", "Tokens", "Appendix A"."""
+    key = str(chapter)
+    return f"Chapter {key}" if key.isdigit() else _TITLES.get(key, f"Appendix {key}")
+
+
 def progress(chapter: int | str | None = None) -> dict[str, str]:
     """Print which of a chapter's exercises the reader has passed in this kernel.
 
@@ -134,8 +146,7 @@ def progress(chapter: int | str | None = None) -> dict[str, str]:
     status = {ex.id: _RESULTS[ex.id].status if ex.id in _RESULTS else NOT_ATTEMPTED
               for ex in exercises}
     passed = sum(s == PASSED for s in status.values())
-    name = f"Appendix {chapter}" if not str(chapter).isdigit() else f"Chapter {chapter}"
-    print(f"{name}: {passed} of {len(status)} exercises passed in this session")
+    print(f"{chapter_title(chapter)}: {passed} of {len(status)} exercises passed in this session")
     for ex in exercises:
         mark = {PASSED: "[x]", FAILED: "[!]"}.get(status[ex.id], "[ ]")
         line = f"  {mark} {ex.id} {ex.title} ({ex.kind}): {status[ex.id]}"

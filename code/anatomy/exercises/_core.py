@@ -46,6 +46,7 @@ KINDS = {
     "measure": "run an experiment and report a figure",
 }
 
+CHALLENGE_POINTS = 3   # a challenge is worth more than a numbered exercise in a grade
 WIDTH = 78   # printed lines fit the book's code column at 1280 px (checked in the browser)
 
 
@@ -108,6 +109,14 @@ class Exercise:
     allows it); two outputs closer than that count as the same. ``explain`` is shown with the
     solution (the reasoning behind a predict answer, say). ``no_mutants`` gives the reason an
     exercise with a function reference is left out of the mutation test, if it is.
+    ``points`` is what the exercise is worth in a teacher's grade; by default 1, and
+    ``CHALLENGE_POINTS`` for a chapter's challenge ("1.C"). ``shown`` is the function the folded
+    solution shows, when the reference's signature is not the reader's (a debug stub with
+    fewer arguments); it must pass the check too. ``helpers`` are library functions the
+    solution calls and shows before it, pasted with it (the slopes of ALiBi, say, where the
+    hard part lives), so that the folded solution does not import them from the library.
+    ``unchanged`` names the arguments the spec says to leave unchanged: the check runs the
+    answer through ``run_unchanged``, and the mutation test changes each in place.
     """
 
     id: str
@@ -124,8 +133,14 @@ class Exercise:
     atol: float = 1e-8
     explain: str = ""
     no_mutants: str = ""
+    points: int = 0
+    shown: Callable | None = field(default=None, repr=False)
+    helpers: tuple[Callable, ...] = field(default=(), repr=False)
+    unchanged: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.points:
+            object.__setattr__(self, "points", CHALLENGE_POINTS if self.is_challenge else 1)
         if self.kind not in KINDS:
             raise ValueError(f"exercise {self.id}: kind must be one of {', '.join(KINDS)}, "
                              f"got {self.kind!r}")
@@ -140,17 +155,32 @@ class Exercise:
         return self.id.partition(".")[0]
 
     @property
+    def is_challenge(self) -> bool:
+        """A chapter's challenge has a letter for a number: "1.C"."""
+        return not self.id.partition(".")[2].isdigit()
+
+    @property
     def takes_function(self) -> bool:
         """Whether the reader answers with a function (else with a value)."""
         return self.kind in ("implement", "debug", "measure") or callable(self.reference)
 
-    def check(self, answer: Any, *, quiet: bool = False, seed: int | None = None) -> Result:
+    def check(self, answer: Any, *, quiet: bool = False, seed: int | None = None,
+              refuse_reference: bool = False) -> Result:
         """Judge ``answer``, print one line (unless ``quiet``) and return the Result.
 
         The random cases are drawn from ``seed``; by default a fresh one on every call.
+        ``refuse_reference`` fails the library's own function handed in as the answer (the
+        reader's ``check`` and the grader ask for it; the library's tests do not).
         """
         rng = np.random.default_rng(secrets.randbits(64) if seed is None else seed)
-        result = self._judge(answer, rng)
+        if refuse_reference and is_library_function(answer, self.reference):
+            name = getattr(self.reference, "__name__", "function")
+            module = getattr(self.reference, "__module__", "the library")
+            result = Result(self.id, FAILED, f"failed: this is the library's own {name} "
+                            f"(from {module}), not an answer of yours: write your own "
+                            "function")
+        else:
+            result = self._judge(answer, rng)
         if not quiet:
             print(result.line)
         return result
@@ -164,9 +194,14 @@ class Exercise:
                           f"{type(answer).__name__}")
         try:
             if self.kind == "debug" and self._behaves_like_given(answer, rng):
-                return Result(self.id, NOT_ATTEMPTED, "not attempted yet (this still "
-                              "behaves exactly like the function as given: find the bug "
-                              "and fix it)")
+                if same_code(answer, self.given):
+                    return Result(self.id, NOT_ATTEMPTED, "not attempted yet (this is "
+                                  "still the function as given: find the bug and fix it)")
+                # Edited, yet indistinguishable from the bug: a wrong fix, not an untouched
+                # stub, so the grade counts it as tried.
+                return Result(self.id, FAILED, "failed: your edit still behaves exactly "
+                              "like the function as given on every case: the bug is still "
+                              "there")
             self.diagnose(answer, rng)
         except NotImplementedError:
             return Result(self.id, NOT_ATTEMPTED, "not attempted yet (the stub still raises "
@@ -206,12 +241,91 @@ class Exercise:
         return Solution(self)
 
 
+def is_library_function(answer: Any, reference: Any) -> bool:
+    """Whether ``answer`` is the reference itself: the same function, a wrapper made with
+    ``functools.wraps`` or ``partial``, or a copy built from its code object."""
+    if not callable(reference) or not callable(answer):
+        return False
+    import functools
+
+    while isinstance(answer, functools.partial):
+        answer = answer.func
+    try:
+        mine, ref = inspect.unwrap(answer), inspect.unwrap(reference)
+    except ValueError:          # a wrapper cycle: not the library's function
+        return False
+    code = getattr(mine, "__code__", None)
+    return mine is ref or (code is not None and code is getattr(ref, "__code__", None))
+
+
+def same_code(a: Callable, b: Callable) -> bool:
+    """Whether two functions have the same statements (names, comments, layout and
+    docstring aside): an untouched debug stub, re-run, still counts as untouched."""
+    import ast
+
+    if a is b:
+        return True
+    try:
+        dumps = [ast.dump(ast.parse("\n".join(_body(fn)))) for fn in (a, b)]
+    except (OSError, TypeError, SyntaxError, IndexError, AttributeError):
+        ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
+        return ca is not None and cb is not None and ca.co_code == cb.co_code
+    return dumps[0] == dumps[1]
+
+
 # ---- the folded solution ---------------------------------------------------------------
 
 
 def source_of(fn: Callable) -> str:
     """A function's source as written in the library (decorators included)."""
     return textwrap.dedent(inspect.getsource(fn))
+
+
+def pasteable(fn: Callable, helpers: Sequence[Callable] = ()) -> str:
+    """A function's source headed by the imports it needs, so that it runs pasted into any
+    chapter (the library's module may import ``math``, say, where the chapter does not).
+
+    ``helpers`` come first, in full: ``fn`` calls them instead of importing them.
+    """
+    fns = [*helpers, fn]
+    defined = {inspect.unwrap(f).__name__ for f in helpers}
+    lines = sorted({line for f in fns for line in _imports(f)
+                    if not (line.startswith("from ") and line.split()[-1] in defined)},
+                   key=lambda s: ({"import": 0, "from": 1}.get(s.split()[0], 2), s))
+    sources = "\n\n".join(source_of(f) for f in fns)
+    return "\n".join([*lines, "", "", sources] if lines else [sources])
+
+
+def _imports(fn: Callable) -> list[str]:
+    """The import lines (and module constants) a function's source needs."""
+    import ast
+
+    source = source_of(fn)
+    tree = ast.parse(source)
+    local = {a.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
+             for a in (*node.posonlyargs, *node.args, *node.kwonlyargs,
+                       *filter(None, (node.vararg, node.kwarg)))}
+    local |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}
+    names = dict.fromkeys(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                          and isinstance(n.ctx, ast.Load) and n.id not in local)
+    names.update(dict.fromkeys(n.id for d in getattr(tree.body[0], "decorator_list", [])
+                               for n in ast.walk(d) if isinstance(n, ast.Name)))
+    scope = getattr(inspect.unwrap(fn), "__globals__", {})
+    lines = []
+    for name in names:
+        if name not in scope:
+            continue                             # a builtin, or the function's own name
+        value = scope[name]
+        if inspect.ismodule(value):
+            module = value.__name__
+            lines.append(f"import {module}" if module == name else
+                         f"import {module} as {name}")
+        elif getattr(value, "__module__", None) and getattr(value, "__name__", None) == name:
+            lines.append(f"from {value.__module__} import {name}")
+        elif isinstance(value, (bool, int, float, str, tuple)):      # a module constant
+            lines.append(f"{name} = {value!r}")
+    return lines
 
 
 def _highlight(code: str) -> str:
@@ -257,14 +371,15 @@ def _solution_parts(ex: Exercise) -> list[tuple[bool, str]]:
     parts: list[tuple[bool, str]] = []
     if ex.explain:
         parts.append((False, ex.explain))
+    shown = ex.shown or ex.reference
     if ex.kind == "debug":
-        diff = difflib.unified_diff(_body(ex.given), _body(ex.reference), "as given",
+        diff = difflib.unified_diff(_body(ex.given), _body(shown), "as given",
                                     "fixed", lineterm="", n=1)
         parts.append((True, "\n".join(diff)))
         parts.append((False, "The fixed function, as the library has it:"))
-        parts.append((True, source_of(ex.reference)))
-    elif callable(ex.reference):
-        parts.append((True, source_of(ex.reference)))
+        parts.append((True, pasteable(shown, ex.helpers)))
+    elif callable(shown):
+        parts.append((True, pasteable(shown, ex.helpers)))
     else:
         parts.append((False, f"Answer: {ex.reference!r}"))
     return parts
@@ -326,10 +441,13 @@ def same(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
 # ---- helpers the chapter modules use to write their diagnoses ---------------------------
 
 
-def run(fn: Callable, *args, case: str, hint: str = "", copy_inputs: bool = True, **kwargs):
+def run(fn: Callable, *args, case: str, hint: str | Callable[[Exception], str] = "",
+        copy_inputs: bool = True, **kwargs):
     """Call the reader's function on one case; turn a crash into an explanation.
 
     ``hint`` is added to the message when the function raises: the likely cause on this case.
+    A function of the error gives a hint only to the errors it fits (a shape error, not a
+    NameError), and "" to the others.
     The inputs are copies, so an answer that changes its arguments in place cannot spoil the
     check's own reference values; ``copy_inputs=False`` passes the objects themselves (when
     the check needs their identity, e.g. a model's parameters).
@@ -342,8 +460,23 @@ def run(fn: Callable, *args, case: str, hint: str = "", copy_inputs: bool = True
     except (NotImplementedError, Wrong):
         raise
     except Exception as error:
+        why = hint(error) if callable(hint) else hint
         raise Wrong(f"on {case}, your function raised {type(error).__name__}: {error}"
-                    + (f" ({hint})" if hint else "")) from None
+                    + (f" ({why})" if why else "")) from None
+
+
+def run_unchanged(fn: Callable, *args, case: str, names: Sequence[str],
+                  hint: str | Callable[[Exception], str] = "", **kwargs):
+    """``run``, then fail the answer if it changed any of its inputs in place (for a spec
+    that says to leave them unchanged); ``names`` name the positional arguments."""
+    mine, kw = copy.deepcopy(args), copy.deepcopy(kwargs)
+    got = run(fn, *mine, case=case, hint=hint, copy_inputs=False, **kw)
+    for name, before, after in zip(names, args, mine, strict=False):
+        if not same(before, after, rtol=0.0, atol=0.0):
+            raise Wrong(f"on {case}, your function changed its input {name} in place; the "
+                        f"spec says to leave the inputs unchanged: compute new arrays "
+                        f"({name} = {name} - ..., not {name} -= ...) and return them")
+    return got
 
 
 def as_array(got, *, case: str, name: str = "the result") -> np.ndarray:
@@ -384,16 +517,19 @@ def expect_close(got, want, *, case: str, name: str = "the result", atol: float 
     arr = expect_shape(got, want.shape, case=case, name=name)
     if np.all(np.isfinite(want)):
         expect_finite(arr, case=case, name=name, hint=hint)
+    # atol may be an array (a tolerance per entry); the message reads it at the worst entry.
+    allowed = np.broadcast_to(atol + rtol * np.abs(want), want.shape)
     with np.errstate(invalid="ignore"):
-        excess = np.array(np.abs(arr - want) - (atol + rtol * np.abs(want)))
+        excess = np.array(np.abs(arr - want) - allowed)
     excess[np.isnan(excess) & (arr == want)] = -1.0           # matching infinities
     excess[np.isnan(excess)] = np.inf                          # NaN where a number belongs
     if excess.size and excess.max() > 0:
         at = np.unravel_index(int(np.argmax(excess)), excess.shape)
         where = f"{name}[{', '.join(map(str, at))}]" if arr.ndim else name
-        off, allowed = abs(float(arr[at]) - float(want[at])), atol + rtol * abs(float(want[at]))
-        raise Wrong(f"on {case}, {where} is {arr[at]:.6g} but should be {want[at]:.6g} (off "
-                    f"by {off:.2g}, allowed {allowed:.2g})" + (f": {hint}" if hint else ""))
+        off = abs(float(arr[at]) - float(want[at]))
+        raise Wrong(f"on {case}, {where} is {float(arr[at]):.6g} but should be "
+                    f"{float(want[at]):.6g} (off by {off:.2g}, allowed "
+                    f"{float(allowed[at]):.2g})" + (f": {hint}" if hint else ""))
     return arr
 
 

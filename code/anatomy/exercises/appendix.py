@@ -447,6 +447,11 @@ def _number(answer) -> float:
     return value
 
 
+def _bytes(value: float) -> str:
+    """The reader's number as given: 1,234 for a whole number, 1,234.5 for another."""
+    return f"{value:,.0f}" if value == int(value) else f"{value:,}"
+
+
 _RATIOS = (   # answer / right answer -> the likely slip
     (4 / 3, "that is the whole cache with h_kv = 32; the question asks what grouped-query "
             "attention saves: subtract the cache it still keeps with h_kv = 8"),
@@ -473,14 +478,17 @@ def _diagnose_saved(answer, rng) -> None:
     ratio = value / _SAVED
     if abs(ratio - 1) <= 0.01:
         return
+    if value < 1:
+        raise Wrong(f"{value:g} is a fraction, not a number of bytes: the question asks how "
+                    "many bytes the cache saves for one sequence")
     for unit, name in ((2**30, "GiB"), (1e9, "GB"), (2**20, "MiB")):
         if value < 1e6 and abs(value * unit / _SAVED - 1) <= 0.08:
             raise Wrong(f"{answer} looks like {name}: answer in bytes (1 {name} = "
                         f"{unit:,.0f} bytes)")
     for r, why in _RATIOS:
         if abs(ratio / r - 1) <= 0.005:
-            raise Wrong(f"{value:,.0f} bytes: {why}")
-    raise Wrong(f"{value:,.0f} bytes is {ratio:.3g} times the saving. Count, for each of the "
+            raise Wrong(f"{_bytes(value)} bytes: {why}")
+    raise Wrong(f"{_bytes(value)} bytes is {ratio:.3g} times the saving. Count, for each of the "
                 "L layers, each of the h - h_kv key/value heads that are no longer cached "
                 "and each of the T tokens, a key and a value of d_head numbers, 2 bytes each")
 
@@ -508,6 +516,7 @@ register(Exercise(
         (_SAVED / 2**30, "looks like GiB"),
         (_SAVED // _T, "per token"),
         ("3 GiB", "answer with one number"),
+        (0.75, "0.75 is a fraction"),
         (-_SAVED, "positive number"),
         (1e9, "times the saving"),
         (3e9, "powers of ten"),

@@ -145,10 +145,16 @@ def _score_cases(rng) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return cases
 
 
+def _swap_hint(error: Exception) -> str:
+    """The transpose hint, for a shape error only (matmul's mismatch, a transpose's axes):
+    a NameError or a TypeError is some other slip."""
+    return _SWAP if isinstance(error, ValueError) else ""
+
+
 def _diagnose_scores(fn, rng) -> None:
     for case, q, k in _score_cases(rng):
         want = scaled_scores(q, k)
-        got = as_array(run(fn, q, k, case=case, hint=_SWAP), case=case)
+        got = as_array(run(fn, q, k, case=case, hint=_swap_hint), case=case)
         if got.shape != want.shape:
             raise Wrong(f"on {case}, the scores have shape {got.shape}; expected {want.shape} "
                         "= [..., T_q, T_k]" + (f": {_SWAP}" if q.ndim > 2 else ""))
@@ -232,8 +238,14 @@ _TARGET = 0.9
 
 def _diagnose_head(fn, rng) -> None:
     X = ali_makan()["X"]
+    # A token that resembles the key, only longer: scaling the key's own direction up makes
+    # that token win the row, so only a construction that tells the rows apart passes.
+    rival = np.random.default_rng(14).standard_normal((4, 8))
+    rival[1] = 1.5 * rival[2] + 0.1 * rival[1]
     cases = [("the worked example's X [4, 8], query 3 (lemak), key 2 (nasi)", X, 3, 2),
-             ("the worked example's X, query 0 (Ali), key 0 (itself)", X, 0, 0)]
+             ("the worked example's X, query 0 (Ali), key 0 (itself)", X, 0, 0),
+             ("an X [4, 8] whose token 1 is 1.5 x token 2 plus a little, query 3, key 2",
+              rival, 3, 2)]
     T = int(rng.integers(2, 7))
     query, key = (int(i) for i in rng.integers(0, T, size=2))
     cases.append((f"fresh random X [{T}, 8], query {query}, key {key}",
@@ -280,6 +292,12 @@ def _identity_head(X, query, key):
     return np.eye(X.shape[1], 4), np.eye(X.shape[1], 4)
 
 
+def _scaled_pair(X, query, key):
+    W_q, W_k = np.zeros((X.shape[1], 4)), np.zeros((X.shape[1], 4))
+    W_q[:, 0], W_k[:, 0] = 3 * X[query], 3 * X[key]
+    return W_q, W_k
+
+
 def _key_direction_only(X, query, key):
     W = np.zeros((X.shape[1], 4))
     W[:, 0] = X[key]
@@ -293,12 +311,14 @@ register(Exercise(
     reference=program_head,
     diagnose=_diagnose_head,
     success="the query puts at least 0.9 of its weight on the chosen key, on the worked "
-            "example and on fresh random tokens",
+            "example, on an adversarial X whose rival token is a longer copy of the key, "
+            "and on fresh random tokens",
     explain="One construction of many: any W_q, W_k that give the chosen pair a score far "
             "above every other pair in that row works.",
     wrong_answers=(
         (_identity_head, "needs at least 0.9"),
         (_key_direction_only, "needs at least 0.9"),
+        (_scaled_pair, "token 1 is 1.5 x token 2"),
         (lambda X, query, key: np.eye(X.shape[1], 4), "expected a pair (W_q, W_k)"),
     ),
 ))

@@ -8,13 +8,8 @@ import math
 
 import numpy as np
 
-from ..attention import (
-    attention_weights,
-    multi_head_weights,
-    score_std,
-    softmax,
-    softmax_jacobian,
-)
+from ..attention import softmax
+from ..scaling import attention_weights, multi_head_weights, score_std, softmax_jacobian
 from . import register
 from ._core import (
     Exercise,

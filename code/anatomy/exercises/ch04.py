@@ -59,7 +59,10 @@ def _split_cases(rng) -> list[tuple[str, np.ndarray, int]]:
              ("a batch x [B, T, d] = [2, 3, 8] with h = 4", _features(2, 3, 8), 4),
              ("a single token x [T, d] = [1, 6] with h = 3", _features(1, 6), 3),
              ("one head, x [3, 5] with h = 1", _features(3, 5), 1),
-             ("as many heads as features, x [2, 4] with h = 4", _features(2, 4), 4)]
+             ("as many heads as features, x [2, 4] with h = 4", _features(2, 4), 4),
+             # "any leading axes": two of them, so an answer written for [T, d] and
+             # [B, T, d] alone is caught on every check, not on a lucky draw
+             ("two leading axes, x [2, 3, 4, 6] with h = 2", _features(2, 3, 4, 6), 2)]
     for i in range(3):
         lead = random_leading(rng, max_axes=2)
         T, h, d_head = (int(n) for n in rng.integers(1, 5, size=3))
@@ -222,7 +225,8 @@ def _merge_cases(rng) -> list[tuple[str, np.ndarray, np.ndarray]]:
     shapes = [("heads [h, T, d_head] = [2, 3, 4]", (3, 8), 2),
               ("a batch of heads [B, h, T, d_head] = [2, 3, 5, 4]", (2, 5, 12), 3),
               ("a single token, heads [h, T, d_head] = [2, 1, 3]", (1, 6), 2),
-              ("one head, heads [1, 4, 3]", (4, 3), 1)]
+              ("one head, heads [1, 4, 3]", (4, 3), 1),
+              ("two leading axes, heads [2, 3, 2, 4, 3]", (2, 3, 4, 6), 2)]
     cases = [(case, split_heads(_features(*shape), h), _features(*shape))
              for case, shape, h in shapes]
     for i in range(3):

@@ -306,6 +306,15 @@ def _check_conventions(fn, rng) -> None:
             raise Wrong(f"on {case}, the frequency exponent is i/d where it should be 2i/d: "
                         "pair i turns by 1 / 10000^(2i/d) per position")
     _rope_close(fn, x, positions, case)
+    # The base away from its default: an answer that hard-codes 10000 differs here only.
+    case = f"{case} and base=500"
+    got = expect_shape(run(fn, x, positions, base=500.0, case=case), x.shape, case=case)
+    if like(rope(x, positions)) and not np.all(np.abs(got - rope(x, positions, base=500.0))
+                                               <= tol):
+        raise Wrong(f"on {case}, the result is the one for base 10000: use the base "
+                    "argument, pair i turns by 1 / base^(2i/d) per position")
+    expect_close(got, rope(x, positions, base=500.0), case=case, atol=tol, rtol=0.0,
+                 hint=_ROTATION)
 
 
 def _rope_cases(rng) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
@@ -338,7 +347,8 @@ def _diagnose_rope(fn, rng) -> None:
 
 def _rope_battery(rng):
     x = rng.standard_normal((6, 8))
-    cases = [((x,), {}), ((x, np.array([0, 3, 7, 30, 100, 1000])), {})]
+    cases = [((x,), {}), ((x, np.array([0, 3, 7, 30, 100, 1000])), {}),
+             ((x, np.array([0, 3, 7, 30, 100, 1000])), {"base": 500.0})]
     return cases + [((x,) if p is None else (x, p), {}) for _, x, p in _rope_cases(rng)]
 
 
@@ -696,6 +706,7 @@ register(Exercise(
     title="Challenge: the ALiBi bias",
     kind="implement",
     reference=alibi_bias,
+    helpers=(alibi_slopes,),       # the hard part: a head count that is not a power of two
     diagnose=_diagnose_alibi,
     battery=_alibi_battery,
     rtol=1e-6,

@@ -303,6 +303,13 @@ def _given_stack(x, blocks, h):
     return x
 
 
+def stack(x, blocks, h):
+    """Run pre-norm blocks in order: x [..., T, d] -> [..., T, d]."""
+    for p in blocks:
+        x = block(x, p, h)
+    return x
+
+
 def _noisy_blocks(cfg: GPTConfig, rng, scale: float = 0.3) -> list[dict[str, np.ndarray]]:
     """cfg.L blocks with every weight random, LayerNorm gains and biases included."""
     params = init_params(cfg, rng)
@@ -376,6 +383,8 @@ register(Exercise(
     title="A stack that counts the stream twice",
     kind="debug",
     reference=block_stack,
+    # The fix as the reader's stub has it: block_stack also takes causal= and act=.
+    shown=stack,
     given=_given_stack,
     diagnose=_diagnose_stack,
     battery=_stack_battery,

@@ -86,9 +86,11 @@ def _block_diagnosis(got: float, d: int, d_ff: int, case: str) -> None:
                       "b_1, b_2 and each LayerNorm's b",
         4 * d: "that is the two LayerNorms (ln1 and ln2, each a gain g and a shift b of "
                "width d), or equally the attention biases b_qkv (3d) and b_o (d)",
-        2 * d: "one LayerNorm short (2d): a pre-norm block has two, ln1 before attention and "
-               "ln2 before the MLP, each with g and b",
-        3 * d: "b_qkv (3d) is missing: the fused projection W_qkv [d, 3d] has a bias of 3d",
+        2 * d: "either one LayerNorm short (a pre-norm block has two, ln1 before attention "
+               "and ln2 before the MLP, each with g and b of width d), or b_qkv counted as d "
+               "instead of 3d (the fused projection W_qkv [d, 3d] has a bias per output)",
+        3 * d: "either b_qkv (3d) is missing (the fused projection W_qkv [d, 3d] has a bias "
+               "of 3d), or one LayerNorm (2d) and b_o (d) are",
         d_ff + d: "the MLP biases are missing: b_1 (d_ff) and b_2 (d)",
         2 * d * d: "two d x d matrices short: W_qkv is [d, 3d], three matrices' worth, and "
                    "W_o is a fourth",
@@ -125,6 +127,10 @@ def _four_d(d, d_ff):
     return count_block(d, 4 * d)
 
 
+def _b_qkv_as_d(d, d_ff):
+    return count_block(d, d_ff) - 2 * d
+
+
 _D, _DFF = 512, 2048          # the worked case of the exercise
 
 register(Exercise(
@@ -144,6 +150,7 @@ register(Exercise(
         (_no_layernorms, "two LayerNorms"),
         (_one_layernorm, "one LayerNorm short"),
         (_four_d, "use the d_ff argument"),
+        (_b_qkv_as_d, "b_qkv counted as d"),
     ),
 ))
 
@@ -169,33 +176,50 @@ def _kv_cases(rng) -> list[tuple[str, GPTConfig, int, int, int]]:
     return cases
 
 
+def _kv_slips(cfg: GPTConfig, T: int, B: int, nbytes: int) -> list[tuple[float, str]]:
+    """(answer / right answer, the slip) for each slip a reader makes, on one case."""
+    return [
+        (0.5, "half the cache: every token keeps both a key and a value (the factor 2)"),
+        (1 / cfg.L, f"one layer's worth: each of the L = {cfg.L} blocks keeps its own keys "
+                    "and values"),
+        (1 / cfg.h, f"a factor h = {cfg.h} too small: each head caches d_head values per "
+                    "token, so a layer caches h x d_head = d"),
+        (1 / nbytes, "a count of values, not bytes: multiply by bytes_per_value"),
+        (2 / nbytes, "bytes_per_value is ignored (always 2): use the argument, "
+                     f"{nbytes} bytes here"),
+        (8.0, "bits, not bytes: bytes_per_value is already in bytes"),
+        (1 / B, f"one sequence only: multiply by the batch B = {B}"),
+        (cfg.ctx / T, "sized for cfg.ctx, the longest allowed context; the cache holds the "
+                      "T tokens seen so far, not ctx"),
+    ]
+
+
 def _diagnose_kv(fn, rng) -> None:
+    seen = []                      # (answer / right, the slips) on every case
+    first = None
     for case, cfg, T, B, nbytes in _kv_cases(rng):
         kwargs = _given_only(B=B, bytes_per_value=nbytes)
         got = _as_number(run(fn, cfg, T, case=case, **kwargs), case=case)
         want = kv_cache_bytes(cfg, T, **kwargs)
-        B, nbytes = B or 1, nbytes or 2
-        if got == want:
-            continue
-        ratio = got / want
-        known = {
-            0.5: "half the cache: every token keeps both a key and a value (the factor 2)",
-            1 / cfg.L: f"one layer's worth: each of the L = {cfg.L} blocks keeps its own keys "
-                       "and values",
-            1 / cfg.h: f"a factor h = {cfg.h} too small: each head caches d_head values per "
-                       "token, so a layer caches h x d_head = d",
-            1 / nbytes: "a count of values, not bytes: multiply by bytes_per_value",
-            8.0: "bits, not bytes: bytes_per_value is already in bytes",
-            1 / B: f"one sequence only: multiply by the batch B = {B}",
-            cfg.ctx / T: "sized for cfg.ctx, the longest allowed context; the cache holds the "
-                         "T tokens seen so far, not ctx",
-        }
-        for r, why in known.items():
-            if math.isclose(ratio, r, rel_tol=1e-9):
-                raise Wrong(f"on {case}, you got {got:,.0f} bytes, {ratio:.3g} x the right "
-                            f"{want:,}: {why}")
-        raise Wrong(f"on {case}, you got {got:,.0f} bytes but the cache takes 2 x L x T x d x "
-                    f"B x bytes = {want:,}")
+        seen.append((got / want, _kv_slips(cfg, T, B or 1, nbytes or 2)))
+        if got != want and first is None:
+            first = (case, got, want, len(seen) - 1)
+    if first is None:
+        return
+    case, got, want, at = first
+    ratio, slips = seen[at]
+    here = [i for i, (r, _) in enumerate(slips) if math.isclose(ratio, r, rel_tol=1e-9)]
+    # A slip that gives the answer's number on every case is the one it has; where several
+    # do (or none does on all), every slip that fits this case is named.
+    everywhere = [i for i in here if all(
+        math.isclose(r, s[i][0], rel_tol=1e-9) for r, s in seen)]
+    named = everywhere or here
+    if named:
+        why = "; or ".join(slips[i][1] for i in named)
+        raise Wrong(f"on {case}, you got {got:,.0f} bytes, {ratio:.3g} x the right "
+                    f"{want:,}: {why}")
+    raise Wrong(f"on {case}, you got {got:,.0f} bytes but the cache takes 2 x L x T x d x "
+                f"B x bytes = {want:,}")
 
 
 def _kv_battery(rng):
@@ -215,6 +239,10 @@ def _uses_ctx(cfg, T, B=1, bytes_per_value=2):
     return 2 * cfg.L * cfg.ctx * cfg.d * B * bytes_per_value
 
 
+def _two_bytes(cfg, T, B=1, bytes_per_value=2):
+    return 2 * cfg.L * T * cfg.d * B * 2
+
+
 register(Exercise(
     id="7.2",
     title="KV-cache bytes",
@@ -230,6 +258,7 @@ register(Exercise(
         (_keys_only, "both a key and a value"),
         (_one_layer, "one layer's worth"),
         (_uses_ctx, "not ctx"),
+        (_two_bytes, "bytes_per_value is ignored"),
     ),
 ))
 

@@ -3,9 +3,11 @@
 A *mutant* is the reference function with one small edit, the kind of slip a reader makes:
 an operator swapped (+ for -, < for <=), a constant changed (to c + 1, 0 or -c), ``max``
 for ``min`` or ``sum`` for ``mean``, an ``axis=``/``keepdims=``/``eps=`` keyword dropped, or
-one statement deleted. A mutant that gives the same outputs as the reference on the
-exercise's battery of valid inputs (within the exercise's tolerance) is *equivalent* and
-proves nothing; every other mutant must be reported failed by the exercise's check.
+one statement deleted, an argument ignored (always its default), or, where the spec says to
+leave an input unchanged, that input changed in place. A mutant that gives the same outputs
+as the reference on the exercise's battery of valid inputs (within the exercise's
+tolerance), and leaves the inputs as they were, is *equivalent* and proves nothing; every
+other mutant must be reported failed by the exercise's check.
 
     python -m anatomy.exercises.mutants            # every exercise: counts per exercise
     python -m anatomy.exercises.mutants 1.1 -v     # one exercise, each mutant listed
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._core import NOT_ATTEMPTED, PASSED, Exercise, call_quietly
+from ._core import NOT_ATTEMPTED, PASSED, Exercise, call_quietly, same
 
 _BINOPS = {ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.Div, ast.Add],
            ast.Div: [ast.Mult, ast.FloorDiv], ast.FloorDiv: [ast.Div], ast.Pow: [ast.Mult],
@@ -50,10 +52,14 @@ class Mutant:
     line: int
     description: str
     fn: Callable
+    argument: str = ""          # the argument an "ignore argument" mutant hard-codes
+    in_place: str = ""          # the argument an "in place" mutant changes for its caller
 
 
 def _sites(tree: ast.AST) -> Iterator[tuple[ast.AST, str, Callable[[ast.AST], object]]]:
     """Every (node, description, apply) edit; ``apply`` changes that node in place."""
+    if isinstance(tree, ast.FunctionDef):
+        yield from _default_sites(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             for new in _BINOPS[type(node.op)]:
@@ -122,18 +128,94 @@ def _function_tree(fn: Callable) -> ast.FunctionDef:
     return func
 
 
-def mutants(fn: Callable) -> list[Mutant]:
-    """Every single-point mutant of ``fn``'s body, compiled in ``fn``'s own module globals."""
+def _default_sites(func: ast.FunctionDef):
+    """Each argument with a constant default, ignored: every use of it reads the default
+    (``base`` always 10000, ``eps`` always 1e-5), the slip of a hard-coded value."""
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults,
+                     strict=True))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d]
+    for arg, default in pairs:
+        try:
+            value = ast.literal_eval(default)          # 1e-5, "cpu", (0.9, 0.999)
+        except ValueError:
+            continue
+        if value is None or isinstance(value, (list, dict, set)):
+            continue
+        uses = [n for stmt in func.body for n in ast.walk(stmt)
+                if isinstance(n, ast.Name) and n.id == arg.arg and isinstance(n.ctx, ast.Load)]
+        if uses:
+            yield func, f"ignore argument {arg.arg} (always {value!r})", \
+                lambda _n, uses=uses, value=value: [
+                    _to_constant(u, value) for u in uses]
+
+
+def _to_constant(node: ast.Name, value) -> None:
+    # A Name node turned into a Constant in place, so the parents need not be found.
+    node.__class__ = ast.Constant
+    node.value, node.kind = value, None
+    del node.id, node.ctx
+
+
+def _clobber(x):
+    """A copy of ``x`` for the function to compute with, while ``x`` itself, the caller's
+    input, is changed in place: the slip of ``p -= lr * g`` on an argument."""
+    if isinstance(x, np.ndarray):
+        keep = x.copy()
+        if x.flags.writeable and x.size:
+            x[...] = np.logical_not(x) if x.dtype == bool else x * 2 + 1
+        return keep
+    if hasattr(x, "clone") and hasattr(x, "add_"):           # a torch tensor
+        import torch
+
+        keep = x.clone()
+        with torch.no_grad():
+            x.mul_(2).add_(1)
+        return keep
+    if isinstance(x, dict):
+        return {k: _clobber(v) for k, v in x.items()}
+    if isinstance(x, list):
+        keep = [_clobber(v) for v in x]
+        x.append(x[-1] if x else 0)
+        return keep
+    return x
+
+
+_CLOBBER = "__anatomy_clobber__"
+
+
+def _in_place_sites(func: ast.FunctionDef, names: tuple[str, ...]):
+    """Each named argument changed in place at the start of the body (the function itself
+    computes with a copy, so only its caller sees the change)."""
+    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+    start = 1 if func.body and _is_docstring(func.body[0], 0, func) else 0
+    for name in names:
+        if name in params:
+            stmt = ast.parse(f"{name} = {_CLOBBER}({name})").body[0]
+            yield func, f"change argument {name} in place", \
+                lambda n, stmt=stmt: n.body.insert(start, stmt)
+
+
+def mutants(fn: Callable, in_place: tuple[str, ...] = ()) -> list[Mutant]:
+    """Every single-point mutant of ``fn``'s body, compiled in ``fn``'s own module globals;
+    ``in_place`` names the arguments to change in place, one mutant each."""
     raw = inspect.unwrap(fn)
     base = _function_tree(fn)
     found = []
+    for _, description, apply in _in_place_sites(base, tuple(in_place)):
+        tree = copy.deepcopy(base)
+        apply(tree)
+        found.append(Mutant(raw.__code__.co_firstlineno, description, _compile(tree, raw),
+                            in_place=description.split()[2]))
     count = sum(1 for _ in _sites(base))
     for index in range(count):
         tree = copy.deepcopy(base)
         node, description, apply = list(_sites(tree))[index]
         line = getattr(node, "lineno", 0) + raw.__code__.co_firstlineno - 1
         apply(node)
-        found.append(Mutant(line, description, _compile(tree, raw)))
+        argument = description.split()[2] if description.startswith("ignore argument") else ""
+        found.append(Mutant(line, description, _compile(tree, raw), argument))
     return found
 
 
@@ -142,6 +224,7 @@ def _compile(func: ast.FunctionDef, raw: Callable) -> Callable:
     code = compile(module, f"<mutant of {raw.__qualname__}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     namespace = dict(raw.__globals__)
+    namespace[_CLOBBER] = _clobber
     exec(code, namespace)
     return namespace[func.name]
 
@@ -185,6 +268,27 @@ def _differs(exercise: Exercise, mutant: Callable, inputs: list[tuple[tuple, dic
     return False
 
 
+def _changes_inputs(mutant: Callable, inputs: list[tuple[tuple, dict]]) -> bool:
+    """Whether the mutant changes any of its inputs in place on the battery."""
+    for args, kwargs in inputs:
+        mine, kw = copy.deepcopy(tuple(args)), copy.deepcopy(dict(kwargs))
+        try:
+            with _time_limit(10.0), np.errstate(all="ignore"):
+                mutant(*mine, **kw)
+        except Exception:
+            return True
+        if not (same(mine, tuple(args), 0.0, 0.0) and same(kw, dict(kwargs), 0.0, 0.0)):
+            return True
+    return False
+
+
+def _passed(fn: Callable, argument: str, inputs: list[tuple[tuple, dict]]) -> bool:
+    """Whether any battery call gives ``argument`` a value (by keyword or by position)."""
+    names = list(inspect.signature(inspect.unwrap(fn)).parameters)
+    at = names.index(argument) if argument in names else len(names)
+    return any(argument in kwargs or len(args) > at for args, kwargs in inputs)
+
+
 @dataclass
 class Audit:
     """What became of one exercise's mutants."""
@@ -209,9 +313,13 @@ def audit(exercise: Exercise, seed: int = 0, verbose: bool = False) -> Audit:
     inputs = exercise.battery(rng)
     outputs = [call_quietly(exercise.reference, args, kwargs) for args, kwargs in inputs]
     result = Audit(exercise.id)
-    for i, mutant in enumerate(mutants(exercise.reference)):
+    for i, mutant in enumerate(mutants(exercise.reference, exercise.unchanged)):
         result.total += 1
-        if not _differs(exercise, mutant.fn, inputs, outputs):
+        # An argument the exercise never passes is not part of its spec (a device hint, say):
+        # hard-coding its default changes nothing a reader is asked for.
+        if (mutant.argument and not _passed(exercise.reference, mutant.argument, inputs)) or \
+                not (_differs(exercise, mutant.fn, inputs, outputs) or (
+                    mutant.in_place and _changes_inputs(mutant.fn, inputs))):
             result.equivalent += 1
             verdict = "equivalent"
         else:

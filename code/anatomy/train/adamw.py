@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anatomy._validate import check_positive_int, validated
+from anatomy._validate import check_positive_int, check_positive_number, validated
 
 
 def _adamw_args(args: dict, sizes: dict) -> None:
@@ -29,8 +29,7 @@ def _adamw_args(args: dict, sizes: dict) -> None:
     b1, b2 = args["betas"]
     if not (0 <= b1 < 1 and 0 <= b2 < 1):
         raise ValueError(f"betas: expected two numbers in [0, 1), got {args['betas']!r}")
-    if not args["eps"] > 0:
-        raise ValueError(f"eps: expected a positive number, got {args['eps']!r}")
+    check_positive_number(args["eps"], "eps")
 
 
 @validated(floats=("p", "g", "m", "v"), where=_adamw_args)

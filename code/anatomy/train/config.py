@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from anatomy._validate import check_divisible
 from anatomy.params import GPTConfig
 from anatomy.train.hardware import PRECISIONS
 
@@ -66,8 +67,7 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TrainConfig.{name}: expected a positive integer, got "
                                  f"{value!r}")
-        if self.d % self.h:
-            raise ValueError(f"TrainConfig: d={self.d} is not divisible by h={self.h} heads")
+        check_divisible("TrainConfig", self.d, self.h)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
                 or self.warmup_steps < 0:
             raise ValueError(f"TrainConfig.warmup_steps: expected an integer >= 0, got "

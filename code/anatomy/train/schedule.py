@@ -55,6 +55,7 @@ def restretch_note(step: int, saved, resumed) -> str | None:
               if before != after else
               f"the learning rate at step {step} stays {before:.2e} but then follows the new "
               f"curve")
-    return (f"resume: max_steps={new} instead of the saved {old} re-stretches the cosine from "
-            f"step {step} to the new end, step {new}: {change}. To continue the saved "
+    return (f"resume: max_steps={new} instead of the saved {old} redraws the whole cosine, "
+            f"from the end of warmup (step {resumed.warmup_steps}) to the new end (step "
+            f"{new}), and the run joins it at step {step}: {change}. To continue the saved "
             f"schedule unchanged, resume with max_steps={old}.")

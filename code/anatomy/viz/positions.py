@@ -24,7 +24,8 @@ def position_similarity(scheme: str, n_pos: int = 64, d: int = 16, seed: int = 0
       position m, rope(x, p) . rope(x, m) / |x|^2: a query and a key with the same content,
       so only the positions change the score, and a position is as similar to itself (1)
       as under the sinusoidal table;
-    - "learned (untrained)": rows of a freshly initialised table (GPT-2's N(0, 0.02)).
+    - "learned (untrained)": rows of a freshly initialised table (N(0, 0.02^2), as nanoGPT
+      and Hugging Face draw GPT-2's).
       Training would shape it; at initialisation it holds no notion of distance.
 
     Shapes: -> [n_pos, n_pos]

@@ -218,3 +218,33 @@ def draw_grad_profiles(full: Mapping[str, object], skip: Mapping[str, object]):
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def draw_patch_recovery(recovery, title: str | None = None):
+    """Activation patching as one table of colours: row l is block l, columns its heads and
+    its MLP, each cell the share of the logit difference that patching that one sublayer's
+    write from the clean run into the corrupted one gives back (0 = nothing, 1 = all of it;
+    red above 0, blue below), with the share written in the cell. ``recovery`` is
+    :class:`anatomy.interp.PatchRecovery`. Returns the figure.
+
+    Shapes: recovery.heads [L, h], recovery.mlps [L] -> an [L, h + 1] table
+    """
+    heads, mlps = np.asarray(recovery.heads), np.asarray(recovery.mlps)
+    if heads.ndim != 2 or mlps.shape != heads.shape[:1]:
+        raise ValueError(f"recovery: expected heads [L, h] and mlps [L], got shapes "
+                         f"{heads.shape} and {mlps.shape}")
+    L, h = heads.shape
+    table = np.concatenate([heads, mlps[:, None]], axis=1)   # [L, h] + [L, 1] -> [L, h + 1]
+    top = max(1.0, float(np.abs(table).max()))
+    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * (h + 1), 0.8 + 0.6 * L))
+    ax.imshow(table, cmap="RdBu_r", vmin=-top, vmax=top, aspect="auto")
+    for (i, j), v in np.ndenumerate(table):
+        ax.text(j, i, f"{v:.2f}".replace("-0.00", "0.00"), ha="center", va="center", fontsize=8,
+                color="white" if abs(v) > 0.6 * top else "black")
+    ax.axvline(h - 0.5, color="black", linewidth=1)
+    ax.set_xticks(range(h + 1), [f"head {k}" for k in range(h)] + ["MLP"], fontsize=8)
+    ax.set_yticks(range(L), [f"block {i}" for i in range(L)], fontsize=8)
+    ax.set_title(title or f"share of the logit difference recovered "
+                 f"({recovery.corrupt:.2f} -> {recovery.clean:.2f})", fontsize=9)
+    fig.tight_layout()
+    return fig

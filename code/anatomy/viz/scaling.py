@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..attention import attention_weights
+from ..scaling import attention_weights
 from .common import figure_png, show_lab
 
 LAB_WIDTHS = (1, 4, 16, 64, 256, 512)
@@ -19,12 +19,38 @@ LAB_LOG2_TAU = (-2.0, 5.0, 0.25)
 
 
 def one_query(d_k: int, n_keys: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """One random query and its keys, entries N(0, 1), the same draw for a given d_k and seed.
+    """One random query and its keys, entries N(0, 1): the first d_k features of one draw.
+
+    The draw is made once at the widest lab width (or at d_k, if that is wider) and sliced,
+    so for a given seed a narrower head is the same query and keys with fewer features.
+    Moving the lab's d_k slider then adds or removes features instead of drawing new vectors.
 
     Shapes: -> q [d_k], k [n_keys, d_k]
     """
+    width = max(d_k, LAB_WIDTHS[-1])
     rng = np.random.default_rng(seed)
-    return rng.standard_normal(d_k), rng.standard_normal((n_keys, d_k))
+    q, k = rng.standard_normal(width), rng.standard_normal((n_keys, width))
+    return q[:d_k], k[:, :d_k]           # [width] -> [d_k]; [n_keys, width] -> [n_keys, d_k]
+
+
+def lab_top_weights(n_keys: int = 16, seed: int = 0,
+                    widths: tuple[int, ...] = LAB_WIDTHS) -> list[dict[str, float]]:
+    """What the lab shows at each width at tau = 1: the top weight and top key, both panels.
+
+    Uses :func:`one_query`, so every width is a slice of the same draw. Each row holds
+    ``d_k``, ``top_unscaled``, ``key_unscaled``, ``top_scaled`` and ``key_scaled``.
+
+    Shapes: q [d_k], k [n_keys, d_k] -> weights [n_keys] per panel and width
+    """
+    rows = []
+    for d_k in widths:
+        q, k = one_query(d_k, n_keys, seed)                        # [d_k], [n_keys, d_k]
+        raw = attention_weights(q[None], k, scaled=False)[0]       # [1, n_keys] -> [n_keys]
+        scaled = attention_weights(q[None], k)[0]                  # [n_keys]
+        rows.append({"d_k": d_k, "top_unscaled": float(raw.max()),
+                     "key_unscaled": int(raw.argmax()), "top_scaled": float(scaled.max()),
+                     "key_scaled": int(scaled.argmax())})
+    return rows
 
 
 def draw_query_weights(q: np.ndarray, k: np.ndarray, temperature: float = 1.0):
@@ -71,8 +97,8 @@ def draw_jacobian_norms(stds: np.ndarray, norms: np.ndarray, marks: Mapping[str,
     ax.fill_between(stds, low, high, color="tab:blue", alpha=0.2,
                     label="middle half of the queries")
     ax.plot(stds, mid, color="tab:blue", label="median")
-    for (label, x), color in zip(marks.items(), ("tab:green", "tab:red", "tab:purple", "gray"),
-                                 strict=False):
+    colors = ("tab:green", "tab:brown", "tab:red", "tab:purple", "gray")
+    for (label, x), color in zip(marks.items(), colors, strict=False):
         ax.axvline(x, color=color, linestyle="--", linewidth=1.2, label=label)
     ax.set_yscale("log")
     ax.tick_params(labelsize=8)

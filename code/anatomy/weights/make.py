@@ -15,9 +15,14 @@ seeded and the thread count is fixed (``--threads``, default 1), so on one machi
 command gives bit-identical weights, and the ``.npz`` is written byte for byte the same
 (fixed zip timestamps, the shape table's order).
 
-Options: ``--steps N`` (default 2000), ``--record-step K`` (default 200; a multiple of 50
-below N), ``--out DIR``, ``--data FILE`` (else ``ANATOMY_DATA``, the cache, a download),
-``--threads N``, ``--name NAME``.
+Options: ``--steps N`` (default: the recipe's, 2000), ``--record-step K`` (default 200; a
+multiple of 50 below N), ``--out DIR``, ``--data FILE`` (else ``ANATOMY_DATA``, the cache, a
+download), ``--threads N``, ``--name NAME``.
+
+The name picks the recipe: ``--name shakespeare-char-draft`` makes the inference chapter's
+draft model for speculative decoding (chapter 9's ``cpu`` preset with one block, L=1, h=4,
+d=64, 1500 steps, about two minutes on one CPU thread), evaluated, checkpointed and recorded
+like the first; any other name gets the first model's recipe.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import dataclasses
 import io
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -54,8 +60,22 @@ RECORD_STEP = 200
 # steps and five evaluations (steps 0, 50, ..., 200), about a minute on one CPU thread.
 RECIPE = dataclasses.replace(PRESETS["cpu-long"], name=DEFAULT, eval_every=50,
                              eval_iters=10, ckpt_every=50)
+DRAFT = "shakespeare-char-draft"
+# Each shipped model's recipe, by name; a name not listed gets RECIPE.
+RECIPES = {
+    DEFAULT: RECIPE,
+    DRAFT: dataclasses.replace(PRESETS["cpu"], name=DRAFT, L=1, max_steps=1500, eval_every=50,
+                               eval_iters=10, ckpt_every=50),
+}
+DESCRIPTIONS = {
+    DEFAULT: "Chapter 9's GPT trained on Tiny Shakespeare, one id per character",
+    DRAFT: ("The inference chapter's draft model for speculative decoding: one block of "
+            "chapter 9's cpu preset, trained on Tiny Shakespeare with the same vocabulary"),
+}
 # What must match for two runs of the same command to give bit-identical weights.
-MACHINE_KEYS = ("machine", "processor", "cpu_capability", "torch", "threads")
+MACHINE_KEYS = ("machine", "processor", "cpu_capability", "mkl_cbwr", "torch", "threads")
+# A sidecar recorded before a key existed was recorded without that switch set.
+KEY_DEFAULTS = {"mkl_cbwr": ""}
 LOSS_TOLERANCE = 0.01          # where the machine differs: |loss - recorded| at the record step
 
 
@@ -83,14 +103,21 @@ def machine() -> dict:
     """The facts that decide whether two CPU runs can agree to the bit."""
     return {"machine": platform.machine(), "processor": _cpu_name(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            # MKL's branch (torch's BLAS); it cannot be read back from torch, only set
+            "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
             "torch": torch.__version__, "numpy": np.__version__,
             "threads": torch.get_num_threads()}
 
 
 def same_machine(record: Mapping) -> bool:
     """Whether this process (as it is now) matches ``record`` on every key of MACHINE_KEYS."""
-    here = machine()
-    return all(record.get(key) == here[key] for key in MACHINE_KEYS)
+    return records_match(record, machine())
+
+
+def records_match(a: Mapping, b: Mapping) -> bool:
+    """Whether two machine records agree on every key of MACHINE_KEYS (bit-equal runs)."""
+    return all(a.get(key, KEY_DEFAULTS.get(key)) == b.get(key, KEY_DEFAULTS.get(key))
+               for key in MACHINE_KEYS)
 
 
 def compare_record(recorded: Mapping, again: Mapping) -> str:
@@ -104,7 +131,7 @@ def compare_record(recorded: Mapping, again: Mapping) -> str:
     if again["step"] != recorded["step"]:
         raise ValueError(f"again: the re-run recorded step {again['step']}, the sidecar step "
                          f"{recorded['step']}")
-    if all(again[key] == recorded[key] for key in MACHINE_KEYS):
+    if records_match(again, recorded):
         if again["params_sha256"] != recorded["params_sha256"]:
             raise ValueError(f"same machine, torch and threads, but the weights at step "
                              f"{recorded['step']} differ: digest {again['params_sha256'][:12]} "
@@ -117,9 +144,11 @@ def compare_record(recorded: Mapping, again: Mapping) -> str:
     return "close"
 
 
-def recipe(steps: int = RECIPE.max_steps) -> TrainConfig:
-    """The training config of the shipped model, for a run of ``steps`` steps."""
-    return dataclasses.replace(RECIPE, max_steps=steps)
+def recipe(steps: int | None = None, name: str = DEFAULT) -> TrainConfig:
+    """The training config of the shipped model ``name``, for a run of ``steps`` steps
+    (default: the recipe's own)."""
+    base = RECIPES.get(name, RECIPE)
+    return dataclasses.replace(base, max_steps=base.max_steps if steps is None else steps)
 
 
 def _check_record_step(cfg: TrainConfig, record_step: int) -> None:
@@ -217,12 +246,13 @@ def command(steps: int, record_step: int, threads: int, name: str) -> str:
             f"--threads {threads}{extra}")
 
 
-def make(steps: int = RECIPE.max_steps, out: str | Path = FOLDER, *, name: str = DEFAULT,
+def make(steps: int | None = None, out: str | Path = FOLDER, *, name: str = DEFAULT,
          data_path: str | Path | None = None, threads: int = 1,
          record_step: int = RECORD_STEP, echo=print) -> dict:
     """Train, then write ``NAME.npz`` and ``NAME.json`` into ``out``; return the sidecar."""
     t0 = time.perf_counter()
-    cfg = recipe(steps)
+    cfg = recipe(steps, name)
+    steps = cfg.max_steps
     _check_record_step(cfg, record_step)
     text = load_text(data_path)
     if sha256_of(text.encode("utf-8")) != SHA256:
@@ -248,8 +278,8 @@ def make(steps: int = RECIPE.max_steps, out: str | Path = FOLDER, *, name: str =
     sidecar = {
         "format": FORMAT,
         "name": name,
-        "description": ("Chapter 9's GPT trained on Tiny Shakespeare, one id per character; "
-                        "float32 weights named and shaped as anatomy.params.param_shapes."),
+        "description": (DESCRIPTIONS.get(name, DESCRIPTIONS[DEFAULT]) + "; float32 "
+                        "weights named and shaped as anatomy.params.param_shapes."),
         "command": command(steps, record_step, threads, name),
         "config": dataclasses.asdict(model_cfg),
         "n_params": count_params(model_cfg),
@@ -293,8 +323,9 @@ def make(steps: int = RECIPE.max_steps, out: str | Path = FOLDER, *, name: str =
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m anatomy.weights.make", description=(
         "Train the shipped character model on the CPU and write NAME.npz and NAME.json."))
-    p.add_argument("--steps", type=int, default=RECIPE.max_steps,
-                   help=f"training steps (default {RECIPE.max_steps})")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"training steps (default: the recipe's, {RECIPE.max_steps} for "
+                        f"{DEFAULT})")
     p.add_argument("--record-step", type=int, default=RECORD_STEP,
                    help=f"the step recorded for the reproduction test (default {RECORD_STEP})")
     p.add_argument("--out", type=Path, default=FOLDER, help="output folder (default: the "
@@ -302,12 +333,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=None, help="the Tiny Shakespeare file")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads; the record is bit-exact only at the same count (default 1)")
-    p.add_argument("--name", default=DEFAULT, help=f"model name (default {DEFAULT})")
+    p.add_argument("--name", default=DEFAULT, help=f"model name (default {DEFAULT}); "
+                   f"{DRAFT} picks the draft model's recipe")
     args = p.parse_args(argv)
+    if args.steps is None:
+        args.steps = recipe(None, args.name).max_steps
     if args.steps < 1 or args.threads < 1:
         p.error("--steps and --threads must be positive integers")
     try:
-        _check_record_step(recipe(args.steps), args.record_step)
+        _check_record_step(recipe(args.steps, args.name), args.record_step)
         load_text(args.data)                       # the data is there and is the right file
     except (ValueError, OSError, RuntimeError) as err:
         p.error(str(err))
