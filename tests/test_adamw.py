@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from anatomy.train.adamw import adamw_update
+from anatomy.train.adamw import adamw_update, spike_moves
 
 
 def _torch_run(p, grads, **hyper):
@@ -68,3 +68,22 @@ def test_bad_arguments_are_named():
         adamw_update(z, z, z, z, 1, **{**kw, "betas": (0.9, 1.0)})
     with pytest.raises(ValueError, match="eps"):
         adamw_update(z, z, z, z, 1, **{**kw, "eps": 0.0})
+
+
+def test_spike_moves_sgd_follows_the_gradient_adamw_remembers_it():
+    sgd = spike_moves("SGD", clip=None)
+    assert sgd.shape == (101,)
+    assert 1500 < sgd[0] < 2500                      # the spike's norm over an ordinary one
+    assert np.allclose(sgd[1:].mean(), 1, atol=0.05)  # and no memory of it afterwards
+    adam = spike_moves("AdamW", clip=None)
+    assert 3 < adam[0] < 8                           # bounded step on the spike itself
+    assert adam[1:11].mean() > 2                     # m still holds it for ~10 steps
+    assert adam[1:].mean() < 0.7                     # v, inflated, shrinks the next 100
+    for optimizer in ("SGD", "AdamW"):               # clipped: close to ordinary steps
+        clipped = spike_moves(optimizer, clip=1.0)
+        assert clipped[0] < 2.5 and abs(clipped[1:].mean() - 1) < 0.1
+
+
+def test_spike_moves_rejects_an_unknown_optimizer():
+    with pytest.raises(ValueError, match="optimizer"):
+        spike_moves("Adam", clip=None)

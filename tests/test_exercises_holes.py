@@ -184,13 +184,25 @@ def test_7_2_hard_coded_two_bytes_is_not_blamed_on_the_factor_2():
     for seed in range(4):
         message = EXERCISES["7.2"].check(_two_bytes, quiet=True, seed=seed).message
         assert "bytes_per_value is ignored" in message, message
-        assert "factor 2" not in message, message
+        assert "both a key and a value" not in message, message
 
 
 def test_7_2_a_missing_factor_2_is_still_named():
     from anatomy.exercises.ch07 import _keys_only
     message = EXERCISES["7.2"].check(_keys_only, quiet=True, seed=0).message
-    assert "the factor 2" in message and "bytes_per_value is ignored" not in message, message
+    assert "both a key and a value" in message, message
+    assert "bytes_per_value is ignored" not in message, message
+
+
+def test_7_2_names_each_slip_of_the_batch():
+    from anatomy.exercises import ch07
+    for name, words in (("_no_weights", "the weights are left out"),
+                        ("_rounds_up", "rounded up"), ("_negative", "a negative batch"),
+                        ("_uses_ctx", "not ctx")):
+        for seed in range(3):
+            message = EXERCISES["7.2"].check(getattr(ch07, name), quiet=True,
+                                             seed=seed).message
+            assert words in message, (name, message)
 
 
 def test_7_1_b_qkv_counted_as_d_names_both_causes_of_2d():

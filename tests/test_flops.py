@@ -18,6 +18,7 @@ from anatomy.flops import (
     kv_cache_bytes,
     kv_crossover_tokens,
     matmul_flops,
+    max_batch,
     training_compute,
     training_flops_per_token,
     training_memory_bytes,
@@ -133,6 +134,18 @@ def test_crossover_where_the_cache_outgrows_the_weights():
         w = weight_bytes(GPT2_SMALL, nbytes)
         assert kv_cache_bytes(GPT2_SMALL, 1024, B=6, bytes_per_value=nbytes) < w
         assert kv_cache_bytes(GPT2_SMALL, 1024, B=7, bytes_per_value=nbytes) > w
+
+
+def test_max_batch_counts_whole_sequences_beside_the_weights():
+    w, kv = weight_bytes(GPT2_SMALL), kv_cache_bytes(GPT2_SMALL, 1024)      # fp16
+    assert max_batch(GPT2_SMALL, 1024, 16 * 2**30) == (16 * 2**30 - w) // kv == 448
+    assert max_batch(GPT2_SMALL, 1024, w + 5 * kv) == 5                   # exactly full
+    assert max_batch(GPT2_SMALL, 1024, w + 5 * kv - 1) == 4               # one byte short
+    assert max_batch(GPT2_SMALL, 1024, w - 1) == 0                        # not even the weights
+    w4, kv4 = weight_bytes(GPT2_SMALL, 4), kv_cache_bytes(GPT2_SMALL, 1, bytes_per_value=4)
+    assert max_batch(GPT2_SMALL, 1, w4 + 3 * kv4, bytes_per_value=4) == 3
+    with pytest.raises(ValueError, match="memory"):
+        max_batch(GPT2_SMALL, 1024, 0)
 
 
 def test_activation_shapes_of_gpt2_small():

@@ -1,7 +1,7 @@
 """anatomy.gpt_numpy: chapter 8's "nasi lemak" model, causality, batching, the residual
 decomposition, the embedding, the loss, generation (with and without a KV cache) and its
 cost, and parity with a GPT built from torch.nn modules (float64 within 1e-12) and with
-anatomy.gpt_torch (float64 within 1e-10, float32 within 1e-5)."""
+anatomy.gpt_torch (float64 within 1e-13, float32 within 1e-5, as chapter 8 prints)."""
 
 import numpy as np
 import pytest
@@ -263,7 +263,7 @@ def test_bad_loss_and_generation_arguments_are_named(toy_params):
 # ---------------------------------------------------------------- chapter 8 additions
 
 
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-10), (np.float32, 1e-5)])
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-13), (np.float32, 1e-5)])
 def test_matches_anatomy_gpt_torch(dtype, tol):
     """The chapter's parity figure: the library's PyTorch GPT, loaded with the same NumPy
     weights (every entry perturbed, so no LayerNorm or bias is trivial)."""

@@ -19,6 +19,7 @@ import torch
 from anatomy.attention import softmax
 from anatomy.gpt_numpy import forward, generate_cached
 from anatomy.inference import (
+    absmax_int8,
     accept_or_resample,
     beam_search,
     decode,
@@ -319,6 +320,24 @@ def test_quantize_round_trip_is_within_half_a_step(shipped, bits, group):
             assert np.array_equal(back[name], w)
     matrices = sum(w.size for n, w in params.items() if w.ndim == 2 and n != "pos_emb")
     assert nbytes(qp) < nbytes(params) - matrices * (4 - bits / 8) + 0.2 * nbytes(params)
+
+
+def test_quantize_uses_the_channel_quantizer_it_is_given():
+    params = {"W": np.array([[1.0, -2.0], [0.5, 4.0]], dtype=np.float32),
+              "b": np.zeros(2, dtype=np.float32)}
+    calls = []
+
+    def halves(W):                                          # a stand-in: scale 0.5 everywhere
+        calls.append(W.shape)
+        return np.round(W / 0.5).astype(np.int8), np.full(W.shape[1], 0.5, np.float32)
+
+    back = dequantize(quantize(params, 8, channel=halves))
+    assert calls == [(2, 2)]
+    assert np.array_equal(back["W"], params["W"]) and np.array_equal(back["b"], params["b"])
+    assert calls == [(2, 2)] and len(quantize(params, 4, 1, channel=halves)) == 2
+    assert calls == [(2, 2)]                                # int4 groups never call it
+    same = dequantize(quantize(params, 8, channel=absmax_int8))["W"]
+    assert np.array_equal(same, dequantize(quantize(params, 8))["W"])
 
 
 def test_quantize_refuses_bad_inputs():

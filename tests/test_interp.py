@@ -420,6 +420,11 @@ def test_patch_recovery_of_the_last_block_by_hand():
     x = tx["blocks.0.out"] + tx["blocks.1.attn"] - sx[1][2] + sc[1][2]   # head 2 patched
     out = x + mlp(_ln(x, p["ln2_g"], p["ln2_b"]), p["W_1"], p["b_1"], p["W_2"], p["b_2"])
     assert (ld(out) - rec.corrupt) / span == pytest.approx(rec.heads[1, 2], abs=1e-10)
+    # All four heads of block 1 at once: its whole clean attention write (b_o is shared).
+    assert rec.attns.shape == (2,)
+    x = tx["blocks.0.out"] + tc["blocks.1.attn"]
+    out = x + mlp(_ln(x, p["ln2_g"], p["ln2_b"]), p["W_1"], p["b_1"], p["W_2"], p["b_2"])
+    assert (ld(out) - rec.corrupt) / span == pytest.approx(rec.attns[1], abs=1e-10)
     # Patching with the clean run itself gives everything back, for every sublayer.
     same = patch_recovery(params, cfg, clean, clean[::-1].copy(), target, other)
     assert np.all(np.isfinite(same.heads)) and np.all(np.isfinite(same.mlps))
@@ -493,3 +498,79 @@ def test_shipped_logit_difference_against_the_runner_up(passage):
     raw = direct_logit_attribution(params, ids, cfg, -1, colon)
     assert raw["blocks.3.attn"] > 1.5 and parts["blocks.3.attn"] < -0.3   # +1.82 vs -0.42
     assert parts["blocks.1.mlp"] > parts["blocks.0.mlp"]                  # 3.68 vs 3.17
+
+
+# ---------------------------------------------------------------- induction scores, composition
+
+
+def test_induction_scores_of_a_uniform_head_and_of_a_hand_set_copier():
+    from anatomy.induction import copier_weights, repeated_tokens
+
+    cfg = GPTConfig(V=11, ctx=12, d=16, L=2, h=4, attn_only=True)
+    flat = {k: (np.zeros_like(v) if "W_qkv" in k else v) for k, v in _noisy(cfg).items()}
+    scores = interp.induction_scores(flat, cfg, 5, 12, 0)        # every head uniform
+    assert scores.shape == (2, 4)
+    assert np.allclose(scores, np.mean(1 / (np.arange(6, 12) + 1)), atol=1e-12)
+    copier = GPTConfig(V=10, ctx=20, d=40, L=2, h=1, attn_only=True)
+    got = interp.induction_scores(copier_weights(copier), copier, 50, 20, 3)
+    assert got[1, 0] > 0.5 and got[0, 0] < 0.2     # block 1 copies; block 0 looks back one
+    ids = repeated_tokens(3, 50, 20, copier.V)
+    assert np.array_equal(got, interp.repeat_attention(copier_weights(copier), copier, ids))
+    with pytest.raises(ValueError, match="seq_len: expected at most ctx = 12 tokens, got 14"):
+        interp.induction_scores(flat, cfg, 5, 14, 0)
+    with pytest.raises(ValueError, match="seed: expected an integer >= 0"):
+        interp.induction_scores(flat, cfg, 5, 12, -1)
+    with pytest.raises(ValueError, match="seq_len: expected an even length"):
+        interp.induction_scores(flat, cfg, 5, 9, 0)
+    with pytest.raises(ValueError, match="second half repeats the first"):
+        interp.repeat_attention(flat, cfg, np.arange(8)[None])
+
+
+def test_break_path_recomputes_only_the_chosen_projection():
+    cfg = GPTConfig(V=11, ctx=12, d=16, L=2, h=4, attn_only=True)
+    params = _noisy(cfg, 3)
+    ids = np.random.default_rng(4).integers(0, cfg.V, size=(3, 9))
+    _, trace, store = _trace_with_heads(params, ids, cfg)
+    write = store[0][:, 2]                                      # [B, T, d] head (0, 2)
+    mean = write.mean(axis=(0, 1))                              # [d]
+    x = trace["blocks.0.out"]                                   # [B, T, d], block 1's input
+    p = block_params(params, 1)
+    d = cfg.d
+    for path, col in (("q", 0), ("k", 1), ("v", 2)):
+        got = interp.break_path(params, cfg, ids, (0, 2), 1, path)
+        parts = []
+        for c in range(3):
+            stream = x - write + mean if c == col else x
+            y = _ln(stream, p["ln1_g"], p["ln1_b"]) @ p["W_qkv"][:, c * d:(c + 1) * d] \
+                + p["b_qkv"][c * d:(c + 1) * d]
+            parts.append(y.reshape(3, 9, 4, 4).transpose(0, 2, 1, 3))   # [B, h, T, d_head]
+        scores = parts[0] @ parts[1].transpose(0, 1, 3, 2) / 2.0
+        scores = np.where(np.triu(np.ones((9, 9), bool), 1), -np.inf, scores)
+        weights = softmax(scores)                               # [B, h, T, T]
+        assert np.allclose(got.weights, weights, atol=1e-12)
+        out = (weights @ parts[2]).transpose(0, 2, 1, 3).reshape(3, 9, d) @ p["W_o"] + p["b_o"]
+        logits = _ln(x + out, params["lnf_g"], params["lnf_b"]) @ params["tok_emb"].T
+        assert np.allclose(got.logits, logits, atol=1e-10)
+    # a head that writes nothing: cutting its path changes nothing
+    silent = dict(params)
+    W_o = params["blocks.0.W_o"].copy()
+    W_o[8:12] = 0
+    silent["blocks.0.W_o"] = W_o
+    cut = interp.break_path(silent, cfg, ids, (0, 2), 1, "k", how="zero")
+    assert np.allclose(cut.logits, forward(silent, ids, cfg), atol=1e-12)
+
+
+def test_break_path_errors():
+    cfg = GPTConfig(V=11, ctx=12, d=16, L=2, h=4, attn_only=True)
+    params = _noisy(cfg)
+    ids = np.arange(6)
+    with pytest.raises(ValueError, match="path: expected one of 'q', 'k', 'v', got 'o'"):
+        interp.break_path(params, cfg, ids, (0, 1), 1, "o")
+    with pytest.raises(ValueError, match="how: expected 'mean' or 'zero'"):
+        interp.break_path(params, cfg, ids, (0, 1), 1, "k", how="max")
+    with pytest.raises(ValueError, match=r"layer: expected a block after the head's \(layer 1\)"):
+        interp.break_path(params, cfg, ids, (1, 1), 1, "k")
+    with pytest.raises(ValueError, match=r"heads: no head \(0, 4\)"):
+        interp.break_path(params, cfg, ids, (0, 4), 1, "k")
+    with pytest.raises(ValueError, match=r"ids: expected integers in \[0, V\)"):
+        interp.break_path(params, cfg, ids + 10, (0, 1), 1, "k")

@@ -154,6 +154,21 @@ def test_at_gpt2_initialisation_neither_effect_has_started(gpt2_profiles):
     assert pre.size[0] < 0.5                            # the input is the 0.02-scale embedding
 
 
+def test_post_norm_block_0_gradient_sits_in_b_o_at_gpt2_initialisation(gpt2_profiles):
+    # Chapter 6: the 1/sigma of block 0's first LayerNorm lands on b_o, not on the matrices.
+    post = gpt2_profiles[("post", False)]
+    w = post.by_weight
+    np.testing.assert_allclose(np.sqrt(sum(v ** 2 for v in w.values())), post.params,
+                               rtol=1e-12)               # the parts make up the whole
+    assert set(w) == {"ln1_g", "ln1_b", "W_qkv", "b_qkv", "W_o", "b_o",
+                      "ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2"}
+    assert w["b_o"][0] / w["b_o"][-1] == pytest.approx(post.inv_std[0], rel=0.05)
+    assert w["b_o"][0] ** 2 / post.params[0] ** 2 > 0.95
+    rest = [np.sqrt(sum(v[i] ** 2 for k, v in w.items() if k != "b_o")) for i in (0, -1)]
+    assert 0.8 < rest[0] / rest[1] < 1.2
+    assert post.params[0] / post.params[-1] > 5
+
+
 def test_gpt2_regime_is_the_library_initialisation():
     # init_params' first block, cast to torch, is the one the profile differentiates.
     from anatomy.norm_placement import _gpt2_setup

@@ -16,6 +16,7 @@ from anatomy.positions import (
     position_axis,
     rope,
     rope_scores,
+    shared_directions,
     similarity_by_gap,
     sinusoidal,
 )
@@ -354,7 +355,7 @@ def test_similarity_by_gap_and_position_axis():
     share, order = position_axis(line)
     assert share == pytest.approx(1.0) and order == pytest.approx(1.0)
     share, order = position_axis(np.random.default_rng(0).standard_normal((64, 128)))
-    assert share < 0.06 and order < 0.3
+    assert 1 / 63 <= share < 0.06 and order < 0.3         # 64 centred rows span 63 directions
     with pytest.raises(ValueError, match=r"table: expected shape \[n, d\] with n >= 3"):
         position_axis(np.ones((2, 4)))
     with pytest.raises(ValueError, match=r"table: every row is the same"):
@@ -379,3 +380,25 @@ def test_the_shipped_models_position_table_learned_distance():
     assert round(share, 2) == 0.44 and order > 0.98
     share, order = position_axis(init_params(cfg, 0)["pos_emb"])
     assert share < 0.06 and order < 0.2
+
+
+def test_shared_directions_separate_same_and_random_tables():
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.standard_normal((16, 16)))[0]     # 16 orthonormal directions
+    a = rng.standard_normal((50, 4)) @ basis[:4]               # lives in directions 0-3
+    b = rng.standard_normal((40, 4)) @ basis[4:8]              # lives in directions 4-7
+    r, share = shared_directions(a, b, keep=0.999)
+    assert r == 4 and share < 1e-12
+    assert shared_directions(a, a + 1.0)[1] > 0.85             # a shift does not matter
+    shares = [shared_directions(a, rng.standard_normal((400, 16)), keep=0.999)[1]
+              for _ in range(20)]
+    assert abs(np.mean(shares) - 4 / 16) < 0.03                # random: about r / d
+
+
+def test_shared_directions_rejects_bad_tables():
+    with pytest.raises(ValueError, match="same width"):
+        shared_directions(np.ones((3, 4)), np.ones((3, 5)))
+    with pytest.raises(ValueError, match="rows that differ"):
+        shared_directions(np.ones((3, 4)), np.eye(4))
+    with pytest.raises(ValueError, match="keep"):
+        shared_directions(np.eye(4), np.eye(4), keep=0)

@@ -204,3 +204,39 @@ def test_saturation_stats_summarise_each_spread():
         saturation_stats(np.ones(3))
     with pytest.raises(ValueError, match="norms"):
         saturation_stats(-np.ones((2, 2)))
+
+
+def test_query_gradient_norms_follow_the_chain_rule_to_the_query():
+    # recompute one query's d p / d q = c J K by finite differences, scaled and unscaled
+    from anatomy.scaling import query_gradient_norms
+
+    d_k, n_keys = 8, 5
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((1, d_k)), rng.standard_normal((1, n_keys, d_k))
+    for name, c in (("unscaled", 1.0), ("scaled", 1 / np.sqrt(d_k))):
+        def weights(qq, c=c):
+            return softmax(c * np.einsum("d,kd->k", qq, k[0]))   # [d_k] -> [n_keys]
+        eps = 1e-6
+        numeric = np.stack([(weights(q[0] + eps * e) - weights(q[0] - eps * e)) / (2 * eps)
+                            for e in np.eye(d_k)], axis=1)        # [n_keys, d_k]
+        row = query_gradient_norms(dims=(d_k,), n=1, n_keys=n_keys, seed=0)[0]
+        assert row[f"to_query_{name}"] == pytest.approx(np.linalg.norm(numeric, 2), rel=1e-6)
+        J = softmax_jacobian(c * np.einsum("d,kd->k", q[0], k[0]))
+        assert row[f"to_scores_{name}"] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
+
+
+def test_query_gradient_norms_chapter_2_regime():
+    from anatomy.scaling import query_gradient_norms
+
+    rows = {r["d_k"]: r for r in query_gradient_norms()}
+    # scaled: about 0.2 to the query and no frozen query at every width
+    for r in rows.values():
+        assert 0.17 < r["to_query_scaled"] < 0.23 and r["frozen_scaled"] == 0
+    # unscaled at width 64: more to the query in the median than scaled, despite a
+    # smaller Jacobian to the scores
+    assert rows[64]["to_query_unscaled"] > 3 * rows[64]["to_query_scaled"]
+    assert rows[64]["to_scores_unscaled"] < rows[64]["to_scores_scaled"]
+    # unscaled: the share of frozen queries grows with the width, to about half at 512
+    frozen = [rows[d]["frozen_unscaled"] for d in (16, 64, 256, 512)]
+    assert frozen == sorted(frozen) and 0.4 < frozen[-1] < 0.6
+    assert rows[512]["to_query_unscaled"] < 0.2 * rows[512]["to_query_scaled"]

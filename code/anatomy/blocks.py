@@ -20,10 +20,12 @@ import numpy as np
 from ._validate import check_keys, check_projection, check_shape, validated
 from .heads import cached_multi_head_attention, multi_head_attention
 from .linear import linear
-from .params import LINEAR_BIAS_NAMES
+from .params import LINEAR_BIAS_NAMES, MLP_NAMES
 
 # The weights one block reads, by their shape-table names (see anatomy.params).
 BLOCK_WEIGHTS = ("ln1_g", "ln1_b", "W_qkv", "W_o", "ln2_g", "ln2_b", "W_1", "W_2")
+# An attention-only block's (GPTConfig.attn_only): no MLP and no LayerNorm before it.
+ATTN_WEIGHTS = ("ln1_g", "ln1_b", "W_qkv", "W_o")
 # Biases may be left out (or None) for a bias-free block, as in many current models.
 BLOCK_BIASES = LINEAR_BIAS_NAMES
 # GPT-2's LayerNorm epsilon: layer_norm's default, and the PyTorch models' (gpt_torch).
@@ -111,18 +113,26 @@ def block_writes(x: np.ndarray, p: Mapping[str, np.ndarray], h: int, causal: boo
     chapter 6.
 
     ``p`` holds the block's weights under their short names: ln1_g, ln1_b, W_qkv, b_qkv, W_o,
-    b_o, ln2_g, ln2_b, W_1, b_1, W_2, b_2 (the biases may be missing or None). ``past`` is
+    b_o, ln2_g, ln2_b, W_1, b_1, W_2, b_2 (the biases may be missing or None). A block with
+    none of the MLP's weights (ln2_*, W_1, W_2, ...: ``GPTConfig.attn_only``) is attention
+    alone, and its MLP write is zero. ``past`` is
     this block's key/value cache from earlier positions, if any
     (:func:`anatomy.heads.cached_multi_head_attention`).
 
     Shapes: x [..., T, d] -> attn [..., T, d], mlp [..., T, d], weights [..., h, T, T_k],
             kv (K, V) each [..., h, T_k, d_head]
     """
-    check_keys(p, "p", BLOCK_WEIGHTS, BLOCK_BIASES)
+    attn_only = not any(name in p for name in MLP_NAMES)
+    if attn_only:
+        check_keys(p, "p", ATTN_WEIGHTS, ("b_qkv", "b_o"))
+    else:
+        check_keys(p, "p", BLOCK_WEIGHTS, BLOCK_BIASES)
     x = np.asarray(x)
     attn, weights, kv = cached_multi_head_attention(
         layer_norm(x, p["ln1_g"], p["ln1_b"]), p["W_qkv"], p["W_o"], h, past,
         b_qkv=p.get("b_qkv"), b_o=p.get("b_o"), causal=causal, mask=mask)   # [..., T, d]
+    if attn_only:                                          # no MLP: it writes nothing
+        return BlockWrites(attn=attn, mlp=np.zeros_like(attn), weights=weights, kv=kv)
     x = x + attn                                           # first write to the stream
     out = mlp(layer_norm(x, p["ln2_g"], p["ln2_b"]), p["W_1"], p.get("b_1"), p["W_2"],
               p.get("b_2"), act=act)                       # [..., T, d]

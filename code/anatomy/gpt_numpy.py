@@ -92,7 +92,7 @@ def _edited(edit: WriteEdit, i: int, x: np.ndarray, p: Mapping[str, np.ndarray],
     """
     attn = edit(f"blocks.{i}.attn", writes.attn, writes)
     out = writes.mlp
-    if attn is not writes.attn:                             # the MLP reads x + the new write
+    if attn is not writes.attn and "W_1" in p:              # the MLP reads x + the new write
         out = mlp(layer_norm(x + attn, p["ln2_g"], p["ln2_b"]), p["W_1"], p.get("b_1"),
                   p["W_2"], p.get("b_2"), act=act)          # [..., T, d]
     writes = writes._replace(attn=attn, mlp=out)

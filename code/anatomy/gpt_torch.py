@@ -61,7 +61,8 @@ def check_token_ids(ids: torch.Tensor, V: int, name: str = "ids") -> None:
 
 
 class Block(nn.Module):
-    """One pre-norm block: ``x = x + Attn(LN1(x))``, then ``x = x + MLP(LN2(x))``.
+    """One pre-norm block: ``x = x + Attn(LN1(x))``, then ``x = x + MLP(LN2(x))`` (the
+    second step left out, with its weights, when ``cfg.attn_only``).
 
     The parameters sit directly on the block (not in sub-modules) so their names are the
     shape table's: ``ln1_g``, ``W_qkv``, ``b_qkv``, ``W_o``, ..., ``b_2``.
@@ -79,6 +80,9 @@ class Block(nn.Module):
         self.b_qkv = nn.Parameter(torch.zeros(3 * d))
         self.W_o = nn.Parameter(torch.empty(d, d))
         self.b_o = nn.Parameter(torch.zeros(d))
+        self.attn_only = cfg.attn_only           # no MLP, no ln2: x + Attn(LN1(x)) alone
+        if self.attn_only:
+            return
         self.ln2_g = nn.Parameter(torch.ones(d))
         self.ln2_b = nn.Parameter(torch.zeros(d))
         self.W_1 = nn.Parameter(torch.empty(d, d_ff))
@@ -123,6 +127,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d = x.shape[-1]
         x = x + self.attention(F.layer_norm(x, (d,), self.ln1_g, self.ln1_b, LN_EPS))
+        if self.attn_only:
+            return x
         return x + self.mlp(F.layer_norm(x, (d,), self.ln2_g, self.ln2_b, LN_EPS))
 
 

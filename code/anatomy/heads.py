@@ -213,7 +213,7 @@ def grouped_query_attention(x: np.ndarray, W_q: np.ndarray, W_kv: np.ndarray, W_
     Only h_kv heads of K and V are computed (and cached during generation), which shrinks
     the KV cache by h / h_kv. h_kv = h is ordinary multi-head attention; h_kv = 1 is
     multi-query attention. Query head j reads key/value head j // (h / h_kv). Bias-free, as
-    in the models that use it.
+    in Llama and Mistral (some GQA models, Qwen2 among them, add biases to Q, K and V).
 
     With ``rope_base`` (e.g. 10000.0), each query and key head is turned by
     :func:`anatomy.positions.rope` at positions 0..T-1 after the projection, as in Llama;

@@ -22,6 +22,10 @@ sublayer's write as it runs (``edit``).
   a corrupted one gives back (activation patching).
 - :func:`cosine_similarity` and :func:`position_similarity`: how alike the rows of a
   position table are, trained against freshly initialised.
+- :func:`induction_scores`: how much each head attends, on a repeated random sequence,
+  to the token after the current token's earlier copy (Olsson et al., 2022);
+  :func:`break_path`: one head's write cut from a later block's queries, keys or values
+  only, the test of Q-, K- and V-composition (Elhage et al., 2021).
 
 Shapes: ids [T] or [B, T]; weights [L, ..., h, T, T]; scores [L, h]
 """
@@ -34,9 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validate import check_ids, check_shape
-from .blocks import LN_EPS, BlockWrites
-from .gpt_numpy import WriteEdit, forward, loss, next_token_loss
-from .params import GPTConfig, init_params
+from .attention import attention
+from .blocks import LN_EPS, BlockWrites, layer_norm
+from .gpt_numpy import WriteEdit, embed, forward, loss, next_token_loss
+from .heads import merge_heads, split_heads
+from .induction import check_repeated, repeated_tokens
+from .masks import causal_mask
+from .params import GPTConfig, block_params, init_params
 
 ROLES = ("previous", "self", "first", "word start", "last space", "line start",
          "last newline", "same char", "induction")
@@ -90,12 +98,12 @@ def _last_before(flags: np.ndarray) -> np.ndarray:
 def role_targets(ids: np.ndarray, whitespace_ids=(), newline_ids=()
                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each role of :data:`ROLES`, which keys count (``targets``) and which queries have
-    any (``defined``). Roles other than "previous" and "self" never count those two keys, so
-    that each score measures a separate job: a query whose latest space (or start of word,
-    and so on) is itself or the character just before it is left out of that role, not
-    credited to it. The four roles about words and lines need the ids of the whitespace and
-    newline characters; "last space" counts every whitespace id, so its key may be a
-    newline (the gap in front of a line's first word).
+    any (``defined``). Roles other than "previous" and "self" never count those two keys: a
+    query whose latest space (or start of word, and so on) is itself or the character just
+    before it is left out of that role, not credited to it. The other roles can still share a
+    key (the latest newline is often also the latest space). The four roles about words and
+    lines need the ids of the whitespace and newline characters; "last space" counts every
+    whitespace id, so its key may be a newline (the gap in front of a line's first word).
 
     Shapes: ids [B, T] -> each role: targets [B, T, T] (query t, key j), defined [B, T]
     """
@@ -151,7 +159,7 @@ class HeadScores:
 
     def named(self, min_score: float = 0.4, min_ratio: float = 5.0
               ) -> list[tuple[int, int, str, float, float]]:
-        """Heads with a nameable job: (layer, head, role, score, uniform) for each head whose
+        """Heads with a nameable pattern: (layer, head, role, score, uniform) for each head whose
         best role holds at least ``min_score`` of its attention and at least ``min_ratio``
         times the uniform baseline; strongest first."""
         found = []
@@ -527,14 +535,17 @@ def logit_diff_attribution(params: Mapping[str, np.ndarray], cfg: GPTConfig,
 @dataclass(frozen=True)
 class PatchRecovery:
     """What patching one head's (or one MLP's) write from a clean run into a corrupted one
-    gives back, as a share of the logit difference: 0 = the corrupted run's, 1 = the clean
-    run's. ``heads`` [L, h], ``mlps`` [L]; ``clean`` and ``corrupt``: the two runs' logit
-    differences at the last position."""
+    gives back, as a share of the gap between the two runs' logit differences: 0 = the
+    corrupted run's, 1 = the clean run's. ``heads`` [L, h], ``mlps`` [L]; ``clean`` and
+    ``corrupt``: the two runs' logit differences at the last position. ``attns`` [L]: every
+    head of a layer patched at once (its whole attention write, since b_o is the same in
+    both runs); None where not measured."""
 
     heads: np.ndarray
     mlps: np.ndarray
     clean: float
     corrupt: float
+    attns: np.ndarray | None = None
 
 
 def patch_recovery(params: Mapping[str, np.ndarray], cfg: GPTConfig, clean: np.ndarray,
@@ -543,10 +554,11 @@ def patch_recovery(params: Mapping[str, np.ndarray], cfg: GPTConfig, clean: np.n
     taken from the run on ``clean``, and measure how much of the logit difference
     logit[target] - logit[other] at the last position comes back:
     (patched - corrupt) / (clean - corrupt). The same for each MLP's write. Every head and
-    every MLP is patched alone, the rest of the corrupted run recomputed around it.
+    every MLP is patched alone, the rest of the corrupted run recomputed around it; then all
+    the heads of each layer together (``attns``), since single shares need not add up.
 
     Shapes: clean [T], corrupt [T] (same T <= ctx), target, other in [0, V)
-            -> heads [L, h], mlps [L]
+            -> heads [L, h], mlps [L], attns [L]
     """
     clean, corrupt = check_ids(clean, cfg.V, cfg.ctx, name="clean"), check_ids(
         corrupt, cfg.V, cfg.ctx, name="corrupt")
@@ -562,19 +574,143 @@ def patch_recovery(params: Mapping[str, np.ndarray], cfg: GPTConfig, clean: np.n
         raise ValueError(f"clean, corrupt: the two runs give the same logit difference "
                          f"({ld_clean:.3g}), so there is nothing to recover")
 
-    def patched(layer: int, head: int | None) -> float:
+    def patched(layer: int, heads: list[int] | None) -> float:
+        # heads: the layer's heads to patch together; None patches the layer's MLP instead
         def edit(name: str, write: np.ndarray, writes: BlockWrites) -> np.ndarray:
-            if name == f"blocks.{layer}.mlp" and head is None:
+            if name == f"blocks.{layer}.mlp" and heads is None:
                 return store[f"{layer}.mlp"]
-            if name == f"blocks.{layer}.attn" and head is not None:
-                mine = head_writes(writes, params[f"blocks.{layer}.W_o"])[head]   # [T, d]
-                return write - mine + store[layer][head]
+            if name == f"blocks.{layer}.attn" and heads is not None:
+                mine = head_writes(writes, params[f"blocks.{layer}.W_o"])   # [h, T, d]
+                swap = store[layer][heads] - mine[heads]                    # [k, T, d]
+                return write + swap.sum(axis=0)                             # [T, d]
             return write
         logits = forward(params, corrupt, cfg, edit=edit)          # [T, V]
         return float(logit_diff(logits[-1], target, other))
 
     span = ld_clean - ld_corrupt
-    heads = np.array([[(patched(i, k) - ld_corrupt) / span for k in range(cfg.h)]
+    heads = np.array([[(patched(i, [k]) - ld_corrupt) / span for k in range(cfg.h)]
                       for i in range(cfg.L)])                      # [L, h]
     mlps = np.array([(patched(i, None) - ld_corrupt) / span for i in range(cfg.L)])   # [L]
-    return PatchRecovery(heads=heads, mlps=mlps, clean=ld_clean, corrupt=ld_corrupt)
+    attns = np.array([(patched(i, list(range(cfg.h))) - ld_corrupt) / span
+                      for i in range(cfg.L)])                      # [L]
+    return PatchRecovery(heads=heads, mlps=mlps, clean=ld_clean, corrupt=ld_corrupt,
+                         attns=attns)
+
+
+# ---------------------------------------------------------------- induction heads and composition
+
+
+def induction_scores(params: Mapping[str, np.ndarray], cfg: GPTConfig, n_seq: int,
+                     seq_len: int, seed: int) -> np.ndarray:
+    """Every head's induction score: :func:`repeat_attention` on ``n_seq`` sequences of
+    ``seq_len`` random tokens whose second half repeats the first
+    (:func:`anatomy.induction.repeated_tokens`, drawn from ``seed``).
+
+    Shapes: -> [L, h]
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool) \
+            and seq_len > cfg.ctx:
+        raise ValueError(f"seq_len: expected at most ctx = {cfg.ctx} tokens, got {seq_len}")
+    return repeat_attention(params, cfg, repeated_tokens(int(seed), n_seq, seq_len, cfg.V))
+
+
+def repeat_attention(params: Mapping[str, np.ndarray], cfg: GPTConfig, ids: np.ndarray
+                     ) -> np.ndarray:
+    """On sequences whose second half repeats the first, each head's mean attention from
+    every token of the repeated half to the token just after its earlier occurrence: query
+    T/2 + i looks at key i + 1, averaged over the T/2 queries and the n sequences. A head
+    that finds the earlier copy and moves on by one (an induction head, Olsson et al.,
+    2022) scores near 1; one spreading its weight evenly, about the mean of 1 / (t + 1).
+
+    Shapes: ids [n, T] (T even, ids[:, T/2:] == ids[:, :T/2]) -> [L, h]
+    """
+    ids = check_repeated(ids, cfg)
+    half = ids.shape[-1] // 2
+    queries = np.arange(half, 2 * half)                                   # [T/2]
+    total = np.zeros((cfg.L, cfg.h))
+    for start in range(0, len(ids), 64):
+        weights = attention_patterns(params, ids[start:start + 64], cfg)  # [L, b, h, T, T]
+        on = weights[..., queries, queries - half + 1]                    # [L, b, h, T/2]
+        total += on.sum(axis=(1, 3))                                      # -> [L, h]
+    return total / (len(ids) * half)
+
+
+PATHS = ("q", "k", "v")
+
+
+@dataclass(frozen=True)
+class PathBreak:
+    """An edited run of :func:`break_path`: its ``logits`` [..., T, V] and the reading
+    layer's attention ``weights`` [..., h, T, T]."""
+
+    logits: np.ndarray
+    weights: np.ndarray
+
+
+def break_path(params: Mapping[str, np.ndarray], cfg: GPTConfig, ids: np.ndarray,
+               head: tuple[int, int], layer: int, path: str, how: str = "mean") -> PathBreak:
+    """Cut one path of composition: what ``head`` (layer i, head k) writes, as read by the
+    queries, the keys or the values (``path`` "q", "k" or "v") of every head of the later
+    block ``layer``, and nothing else.
+
+    That block computes the chosen projection from the stream with the head's write
+    replaced by its mean over every position and window of ``ids`` (``how="mean"``) or
+    removed (``how="zero"``); the other two projections, the rest of the stream and every
+    other block read the head's real write. With path "k" this tests K-composition
+    (Elhage et al., 2021): whether the block's keys need what the head wrote.
+
+    Shapes: ids [T] or [B, T] (T <= ctx) -> logits [..., T, V], weights [..., h, T, T]
+    """
+    if path not in PATHS:
+        raise ValueError(f"path: expected one of 'q', 'k', 'v', got {path!r}")
+    if how not in ("mean", "zero"):
+        raise ValueError(f"how: expected 'mean' or 'zero', got {how!r}")
+    (src, k), = _check_heads([head], cfg)
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+            or not src < layer < cfg.L:
+        raise ValueError(f"layer: expected a block after the head's (layer {src}), in "
+                         f"({src}, {cfg.L}), got {layer!r}")
+    ids = check_ids(ids, cfg.V, cfg.ctx)
+    state: dict = {"x": embed(params["tok_emb"], params["pos_emb"], ids)}   # [..., T, d]
+
+    def edit(name: str, write: np.ndarray, writes: BlockWrites) -> np.ndarray:
+        i = int(name.split(".")[1])
+        if name == f"blocks.{layer}.attn":
+            return _attend_broken(params, cfg, layer, state, path, write, writes)
+        if i < layer:
+            if name == f"blocks.{src}.attn":
+                mine = head_writes(writes, params[f"blocks.{src}.W_o"])[..., k, :, :]
+                lead = tuple(range(mine.ndim - 1))                         # every window, t
+                keep = mine.mean(axis=lead) if how == "mean" else 0.0      # [d] or 0
+                state["swap"] = keep - mine                                # [..., T, d]
+            state["x"] = state["x"] + write                                # [..., T, d]
+        return write
+
+    logits = forward(params, ids, cfg, edit=edit)
+    return PathBreak(logits=logits, weights=state["weights"])
+
+
+def _attend_broken(params, cfg: GPTConfig, layer: int, state: dict, path: str,
+                   write: np.ndarray, writes: BlockWrites) -> np.ndarray:
+    """Block ``layer``'s attention write with projection ``path`` read from the stream
+    with the swap of :func:`break_path` applied; records the new weights in ``state``.
+
+    Shapes: state["x"], state["swap"] [..., T, d] -> [..., T, d]
+    """
+    p = block_params(params, layer)
+    d, h = cfg.d, cfg.h
+    streams = {name: state["x"] for name in PATHS}
+    streams[path] = state["x"] + state["swap"]                            # [..., T, d]
+    b = p.get("b_qkv")
+    proj = []
+    for i, name in enumerate(PATHS):                                       # columns i*d:(i+1)*d
+        x = layer_norm(streams[name], p["ln1_g"], p["ln1_b"])             # [..., T, d]
+        y = x @ p["W_qkv"][:, i * d:(i + 1) * d]                          # [..., T, d]
+        proj.append(split_heads(y if b is None else y + b[i * d:(i + 1) * d], h))
+    T = state["x"].shape[-2]
+    out, weights = attention(*proj, causal_mask(T))   # [..., h, T, d_head], [..., h, T, T]
+    state["weights"] = weights
+    out = merge_heads(out) @ p["W_o"]                 # [..., T, d] @ [d, d] -> [..., T, d]
+    return out if p.get("b_o") is None else out + p["b_o"]

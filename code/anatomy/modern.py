@@ -1,12 +1,15 @@
 """From GPT-2 to a modern open model (appendix): a Llama-style decoder in NumPy.
 
-Llama, Mistral, Qwen and Gemma all make the same handful of changes to GPT-2's block:
+Llama 3 8B makes these six changes to GPT-2's block (LLaMA 1 and the smaller Llama 2 models
+all but grouped-query attention); Mistral, Qwen and Gemma make most of them
+(Qwen2 keeps the query, key and value biases; Gemma gates its MLP with GELU, GeGLU, and ties
+its head to the token table):
 
 - RMSNorm instead of LayerNorm (Zhang & Sennrich, 2019): no mean subtraction, no shift;
 - a SwiGLU MLP instead of GELU (Shazeer, 2020): three matrices of width d_ff ~ 8d/3;
 - RoPE inside attention instead of a learned position table (chapter 5);
 - grouped-query attention (Ainslie et al., 2023): h_kv < h key/value heads (chapter 4);
-- no biases anywhere;
+- no biases;
 - an output head of its own instead of the transposed token table.
 
 :class:`LlamaConfig`, :func:`llama_block` and :func:`forward` put them together from the

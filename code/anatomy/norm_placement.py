@@ -49,8 +49,10 @@ class GradProfile(NamedTuple):
     block l's weights receive from above; ``out[l] == stream[l + 1]`` below the top).
     ``inv_std[l]``: mean over tokens of 1 / sqrt(var + eps) of the stream entering block l,
     the factor a LayerNorm reading it divides by.
+    ``by_weight[name][l]``: the part of ``params[l]`` from one weight, such as ``"b_o"``
+    (``params[l]`` is the root of the sum of their squares).
 
-    Shapes: params [L], stream [L], size [L + 1], out [L], inv_std [L]
+    Shapes: params [L], stream [L], size [L + 1], out [L], inv_std [L], by_weight[name] [L]
     """
 
     params: np.ndarray
@@ -58,6 +60,7 @@ class GradProfile(NamedTuple):
     size: np.ndarray
     out: np.ndarray | None = None
     inv_std: np.ndarray | None = None
+    by_weight: dict[str, np.ndarray] | None = None
 
 
 class RatioSplit(NamedTuple):
@@ -161,7 +164,7 @@ def grad_profile(placement: str, L: int = 48, d: int = 32, h: int = 4, T: int = 
     post-norm's last sublayer already ends in one. ``skip_only`` lets the gradient travel
     only along the skip path (see :func:`prenorm_block`). Float64 on the CPU, one thread.
 
-    Shapes: -> params [L], stream [L], size [L + 1], out [L], inv_std [L]
+    Shapes: -> params [L], stream [L], size [L + 1], out [L], inv_std [L], by_weight[name] [L]
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
@@ -234,9 +237,11 @@ def _measure(placement: str, h: int, skip_only: bool, blocks: list, x: torch.Ten
     n = len(blocks[0])
     params = [math.sqrt(sum(float(g.pow(2).sum()) for g in per_weight[i * n:(i + 1) * n]))
               for i in range(L)]
+    by_weight = {name: np.array([float(per_weight[i * n + j].norm()) for i in range(L)])
+                 for j, name in enumerate(blocks[0])}                      # name -> [L]
     return GradProfile(params=np.array(params), stream=np.array(stream[:L]),
                        size=np.array(size), out=np.array(stream[1:]),
-                       inv_std=np.array(inv_std))
+                       inv_std=np.array(inv_std), by_weight=by_weight)
 
 
 def block_gains(profile: GradProfile) -> np.ndarray:

@@ -35,6 +35,9 @@ class GPTConfig:
     V vocabulary size, ctx maximum context, d model width, L blocks, h heads per block,
     d_ff MLP width (``None`` means the usual 4d), tied: whether the output head reuses the
     token table (True for GPT-2; False adds a separate head of V x d parameters).
+    attn_only: blocks without an MLP (and its LayerNorm), x = x + Attn(LN1(x)) alone, the
+    small models in which induction heads are easiest to study (Elhage et al., 2021); the
+    shape table then has no ln2, W_1, b_1, W_2, b_2, and d_ff is unused.
     Impossible shapes are rejected when the config is made, not deep inside a forward pass.
     """
 
@@ -45,6 +48,7 @@ class GPTConfig:
     h: int
     d_ff: int | None = None
     tied: bool = True
+    attn_only: bool = False
 
     def __post_init__(self) -> None:
         for name in ("V", "ctx", "d", "L", "h"):
@@ -56,11 +60,18 @@ class GPTConfig:
         check_divisible("cfg", self.d, self.h)
         if not isinstance(self.tied, bool):
             raise ValueError(f"cfg.tied: expected True or False, got {self.tied!r}")
+        if not isinstance(self.attn_only, bool):
+            raise ValueError(f"cfg.attn_only: expected True or False, got {self.attn_only!r}")
 
     @property
     def d_head(self) -> int:
         """Width of one head, d / h."""
         return self.d // self.h
+
+    def __repr__(self) -> str:
+        # attn_only is shown only when it is on: a GPT's config prints as it always has.
+        fields = "V ctx d L h d_ff tied".split() + ["attn_only"] * self.attn_only
+        return f"GPTConfig({', '.join(f'{k}={getattr(self, k)!r}' for k in fields)})"
 
 
 GPT2_SMALL = GPTConfig(V=50257, ctx=1024, d=768, L=12, h=12, d_ff=3072)
@@ -77,6 +88,8 @@ _BLOCK_SPECS = {
     "W_1": "[d, d_ff]", "b_1": "[d_ff]",
     "W_2": "[d_ff, d]", "b_2": "[d]",
 }
+# What an attention-only block (cfg.attn_only) leaves out: the MLP and the LayerNorm before it.
+MLP_NAMES = ("ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2")
 _FINAL_SPECS = {"lnf_g": "[d]", "lnf_b": "[d]"}
 _HEAD_SPECS = {"head": "[V, d]"}     # only when untied; stored like tok_emb
 
@@ -148,8 +161,10 @@ def draw_table(shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator |
 def param_specs(cfg: GPTConfig) -> dict[str, str]:
     """Every parameter's name and its shape in letters, e.g. "blocks.0.W_qkv": "[d, 3d]"."""
     specs = dict(_EMBEDDING_SPECS)
+    block = {name: spec for name, spec in _BLOCK_SPECS.items()
+             if not (cfg.attn_only and name in MLP_NAMES)}
     for i in range(cfg.L):
-        specs.update({f"blocks.{i}.{name}": spec for name, spec in _BLOCK_SPECS.items()})
+        specs.update({f"blocks.{i}.{name}": spec for name, spec in block.items()})
     specs.update(_FINAL_SPECS)
     if not cfg.tied:
         specs.update(_HEAD_SPECS)
@@ -211,7 +226,8 @@ def count_block(d: int, d_ff: int) -> int:
 def count_non_embedding(d: int, L: int) -> int:
     """Parameters outside the two tables of a GPT with d_ff = 4d: L blocks and the final
     LayerNorm, i.e. ``count_params(cfg, without=("tok_emb", "pos_emb"))`` of a tied model
-    (the count Kaplan et al. 2020 scale with; they also leave out biases and LayerNorms)."""
+    (Kaplan et al. 2020's non-embedding count; their approximation N ~ 12 L d^2 also drops
+    biases and other sub-leading terms)."""
     return L * count_block(d, 4 * d) + 2 * d
 
 
@@ -330,7 +346,7 @@ def count_breakdown(cfg: GPTConfig) -> dict[str, int]:
     "untied head" (only if untied) and "total".
     """
     size = {name: math.prod(shape) for name, shape in param_shapes(cfg).items()}
-    one = {name: size[f"blocks.0.{name}"] for name in _BLOCK_SPECS}
+    one = {name: size.get(f"blocks.0.{name}", 0) for name in _BLOCK_SPECS}   # 0: attn_only
     rows = {
         "attention per block": one["W_qkv"] + one["b_qkv"] + one["W_o"] + one["b_o"],
         "MLP per block": one["W_1"] + one["b_1"] + one["W_2"] + one["b_2"],
@@ -351,10 +367,13 @@ def init_params(cfg: GPTConfig, rng: np.random.Generator | int,
                 dtype: np.dtype | type = np.float64) -> dict[str, np.ndarray]:
     """Random weights in the GPT-2 style, drawn in shape-table order.
 
-    Matrices and embeddings ~ N(0, 0.02^2); the two projections that write into the
-    residual stream (W_o and W_2) get std 0.02 / sqrt(2L), so the stream's variance does not
-    grow with depth (GPT-2 paper); biases 0; LayerNorm g = 1, b = 0. Draws are made in
-    float64 and then cast, so the same seed gives the same model in every dtype.
+    nanoGPT's and Hugging Face's version of GPT-2's recipe: matrices and both embedding
+    tables ~ N(0, 0.02^2) (OpenAI's released code draws the position table at 0.01); the two
+    projections that write into the residual stream (W_o and W_2) get std 0.02 / sqrt(2L), as
+    the GPT-2 paper describes, so that the total variance the 2L writes add does not grow with
+    the number of blocks L (the stream still grows from block to block); biases 0;
+    LayerNorm g = 1, b = 0. Draws are made in float64 and then cast, so the same seed gives
+    the same model in every dtype.
 
     ``rng`` is a ``np.random.Generator`` (or a seed for one).
     """

@@ -71,6 +71,21 @@ def score_std(d_k: int, n: int = 10_000, seed: int = 0) -> float:
     return float(dots.std())
 
 
+def _random_scores(dims: tuple[int, ...], n: int, n_keys: int, seed: int):
+    """For each width d_k in turn, n random queries, n_keys random keys for each, and their
+    raw scores, all entries N(0, 1), from one generator seeded once.
+
+    Shapes: per width q [n, d_k], k [n, n_keys, d_k] -> raw [n, n_keys]
+    """
+    for name, value in (("n", n), ("n_keys", n_keys), *(("dims", d) for d in dims)):
+        check_positive_int(value, name)
+    rng = np.random.default_rng(seed)
+    for d_k in dims:
+        q = rng.standard_normal((n, d_k))                         # [n, d_k]
+        k = rng.standard_normal((n, n_keys, d_k))                 # [n, n_keys, d_k]
+        yield d_k, q, k, np.einsum("nd,nkd->nk", q, k)   # [n, d_k], [n, n_keys, d_k] -> [n, n_keys]
+
+
 def scaling_experiment(dims: tuple[int, ...] = (4, 64, 512), n: int = 1000, n_keys: int = 16,
                        seed: int = 42) -> list[dict[str, float]]:
     """Chapter 2's measurement: wide heads saturate the softmax unless scores are scaled.
@@ -84,14 +99,8 @@ def scaling_experiment(dims: tuple[int, ...] = (4, 64, 512), n: int = 1000, n_ke
     Shapes: per width q [n, d_k], k [n, n_keys, d_k] -> scores [n, n_keys]
     Returns one dict per width with keys d_k, std, std_scaled, top_unscaled, top_scaled.
     """
-    for name, value in (("n", n), ("n_keys", n_keys), *(("dims", d) for d in dims)):
-        check_positive_int(value, name)
-    rng = np.random.default_rng(seed)
     rows = []
-    for d_k in dims:
-        q = rng.standard_normal((n, d_k))                         # [n, d_k]
-        k = rng.standard_normal((n, n_keys, d_k))                 # [n, n_keys, d_k]
-        raw = np.einsum("nd,nkd->nk", q, k)              # [n, d_k], [n, n_keys, d_k] -> [n, n_keys]
+    for d_k, _, _, raw in _random_scores(dims, n, n_keys, seed):
         scaled = raw / math.sqrt(d_k)                             # [n, n_keys]
         rows.append({"d_k": int(d_k), "std": float(raw.std()), "std_scaled": float(scaled.std()),
                      "top_unscaled": float(softmax(raw).max(axis=-1).mean()),
@@ -152,6 +161,43 @@ def saturation_stats(norms: np.ndarray, threshold: float = 0.01) -> dict[str, np
     median = np.median(norms, axis=-1)                            # [S, n] -> [S]
     frozen = (norms < threshold).mean(axis=-1)                    # [S, n] -> [S]
     return {"median": median, "frozen": frozen, "peak": int(np.argmax(median))}
+
+
+def query_gradient_norms(dims: tuple[int, ...] = (16, 64, 256, 512), n: int = 1000,
+                         n_keys: int = 16, seed: int = 0, threshold: float = 0.01
+                         ) -> list[dict[str, float]]:
+    """Follow the gradient one step past the softmax, to the query, with and without the scale.
+
+    The score of key j is z_j = c q . k_j, with c = 1 / sqrt(d_k) scaled and c = 1 unscaled,
+    so the weights move with the query as d p / d q = c J K, where J is the softmax Jacobian
+    at those scores and K [n_keys, d_k] the keys. The scale therefore acts twice: it sets the
+    spread of the scores, and so how saturated J is, and it multiplies what gets through J by
+    c. For each width, ``n`` queries, each with its own ``n_keys`` keys, all entries N(0, 1),
+    from one generator in the order of ``dims``. Per width and per variant ("unscaled",
+    "scaled"): the median spectral norm of J (weights per score), the median spectral norm of
+    c J K (weights per query), and the share of queries whose c J K has norm below
+    ``threshold``.
+
+    Shapes: per width q [n, d_k], k [n, n_keys, d_k] -> J [n, n_keys, n_keys],
+            c J K [n, n_keys, d_k] -> one number per query
+    Returns one dict per width with keys d_k and, for v in (unscaled, scaled),
+    to_scores_v, to_query_v, frozen_v.
+    """
+    rows = []
+    for d_k, _, k, raw in _random_scores(dims, n, n_keys, seed):
+        row: dict[str, float] = {"d_k": int(d_k)}
+        for name, c in (("unscaled", 1.0), ("scaled", 1.0 / math.sqrt(d_k))):
+            J = softmax_jacobian(c * raw)                         # [n, n_keys, n_keys]
+            to_scores = np.abs(np.linalg.eigvalsh(J)).max(axis=-1)          # [n]
+            M = c * (J @ k)       # [n, n_keys, n_keys] @ [n, n_keys, d_k] -> [n, n_keys, d_k]
+            # spectral norm of M from the small Gram matrix M M^T [n, n_keys, n_keys]
+            gram = M @ np.swapaxes(M, -1, -2)
+            to_query = np.sqrt(np.clip(np.linalg.eigvalsh(gram)[..., -1], 0, None))   # [n]
+            row[f"to_scores_{name}"] = float(np.median(to_scores))
+            row[f"to_query_{name}"] = float(np.median(to_query))
+            row[f"frozen_{name}"] = float((to_query < threshold).mean())
+        rows.append(row)
+    return rows
 
 
 def _head_count(args: dict, sizes: dict) -> None:

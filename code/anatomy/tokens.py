@@ -155,8 +155,8 @@ def learn_merges(text: str | Sequence[str], vocab_size: int, pattern: str | None
                  stats: dict | None = None) -> list[tuple[bytes, bytes]]:
     """The merges BPE learns on ``text``, in rank order, until ``vocab_size`` ids exist.
 
-    The rule, repeated: take the most frequent adjacent pair; on a tie the pair of the oldest
-    tokens wins (the smallest first id, then the smallest second id); merge it everywhere.
+    The rule, repeated: take the most frequent adjacent pair; on a tie the smallest pair wins,
+    compared as (first id, second id); merge it everywhere.
     Merges never cross the chunks of ``pattern`` (GPT-2's pre-split by default); ``text``
     may be a list of texts, each split alone. After a merge only the words that contained
     the pair are recounted, and a heap finds the next best pair, so a step costs the words

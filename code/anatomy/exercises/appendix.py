@@ -465,8 +465,8 @@ _RATIOS = (   # answer / right answer -> the likely slip
              "8,192 tokens"),
     (32.0, "a key/value head is d_head = d / h = 128 numbers wide, not d = 4,096"),
     (8_000 / _T, "an 8k context here means 8,192 tokens"),
-    (1e9 / 2**30, "that is a round figure in powers of ten; the cache is a product of powers "
-                  "of two, so work it out exactly"),
+    (1e9 / 2**30, "that is a round figure in powers of ten, 7 % short; the cache is a "
+                  "product of powers of two (a GiB is 2**30 bytes, not 10**9)"),
 )
 
 

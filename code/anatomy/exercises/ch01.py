@@ -246,7 +246,12 @@ def _diagnose_head(fn, rng) -> None:
              ("the worked example's X, query 0 (Ali), key 0 (itself)", X, 0, 0),
              ("an X [4, 8] whose token 1 is 1.5 x token 2 plus a little, query 3, key 2",
               rival, 3, 2)]
-    T = int(rng.integers(2, 7))
+    # T = d = 8, the longest sentence the spec allows: a gap that suffices for a few
+    # tokens can fall short once seven rival keys share the row
+    full = np.random.default_rng(48).standard_normal((8, 8))
+    cases.append(("a random X [8, 8] (T = d, the longest the spec allows), query 5, key 1",
+                  full, 5, 1))
+    T = int(rng.integers(2, 9))                   # any T from 2 to d = 8
     query, key = (int(i) for i in rng.integers(0, T, size=2))
     cases.append((f"fresh random X [{T}, 8], query {query}, key {key}",
                   rng.standard_normal((T, 8)), query, key))
@@ -262,6 +267,12 @@ def _diagnose_head(fn, rng) -> None:
         w = weights[query, key]
         if not w >= _TARGET:
             top = int(np.argmax(weights[query]))
+            if top == key:
+                raise Wrong(f"on {case}, query {query} puts {w:.2f} of its weight on key "
+                            f"{key}, its favourite, but it needs at least {_TARGET}: the "
+                            f"gap is too small for {X.shape[0]} tokens, since every other "
+                            f"key still takes a share. Widen the gap between q_{query} . "
+                            f"k_{key} and the other scores of the row")
             raise Wrong(f"on {case}, query {query} puts {w:.2f} of its weight on key {key} "
                         f"(its favourite is key {top}, with {weights[query, top]:.2f}); it "
                         f"needs at least {_TARGET}. Make q_{query} . k_{key} much larger "
@@ -298,6 +309,12 @@ def _scaled_pair(X, query, key):
     return W_q, W_k
 
 
+def _small_gap_head(X, query, key):
+    # the reference's construction with a score gap of 4 instead of 10: enough up to T = 7
+    W_q, W_k = program_head(X, query, key)
+    return W_q, W_k * (8.0 / 20.0)
+
+
 def _key_direction_only(X, query, key):
     W = np.zeros((X.shape[1], 4))
     W[:, 0] = X[key]
@@ -312,13 +329,14 @@ register(Exercise(
     diagnose=_diagnose_head,
     success="the query puts at least 0.9 of its weight on the chosen key, on the worked "
             "example, on an adversarial X whose rival token is a longer copy of the key, "
-            "and on fresh random tokens",
+            "on a sentence of T = d = 8 tokens and on fresh random tokens",
     explain="One construction of many: any W_q, W_k that give the chosen pair a score far "
             "above every other pair in that row works.",
     wrong_answers=(
         (_identity_head, "needs at least 0.9"),
         (_key_direction_only, "needs at least 0.9"),
         (_scaled_pair, "token 1 is 1.5 x token 2"),
+        (_small_gap_head, "the gap is too small for 8 tokens"),
         (lambda X, query, key: np.eye(X.shape[1], 4), "expected a pair (W_q, W_k)"),
     ),
 ))

@@ -190,8 +190,12 @@ def _diagnose_batch_mask(fn, rng) -> None:
                         "and padding; it must be hidden if it is *either* (logical OR, not "
                         "AND)")
         if np.array_equal(got, future | np.swapaxes(pad, -1, -2)):
-            raise Wrong(f"on {case}, the padding is on the query axis (rows); padding hides "
-                        "keys, so the columns j >= lengths[b] must be True")
+            # masking padding queries instead of keys, or as well as keys: on a right-padded
+            # batch the causal part already hides every padding key from the real queries
+            raise Wrong(f"on {case}, the rows i >= lengths[b] are fully masked, but padding "
+                        "hides keys, not queries: a padding query still sees the real tokens "
+                        "before it (its output is computed and never used), so in those rows "
+                        "only the padding columns j >= lengths[b] are True")
         if np.array_equal(got, np.broadcast_to(pad, got.shape)):
             raise Wrong(f"on {case}, future keys are allowed: the causal part is missing")
         b, i, j = _first_difference(got, want)
@@ -209,6 +213,11 @@ def _and_instead_of_or(lengths, T):
 
 def _padding_on_queries(lengths, T):
     return causal_mask(T) | np.swapaxes(padding_mask(lengths, T), -1, -2)
+
+
+def _padding_keys_and_queries(lengths, T):
+    pad = padding_mask(lengths, T)                              # [B, 1, T]
+    return causal_mask(T) | pad | np.swapaxes(pad, -1, -2)
 
 
 def _padding_only(lengths, T):
@@ -231,7 +240,8 @@ register(Exercise(
             "sequence, T = 1, no padding at all and fresh random batches",
     wrong_answers=(
         (_and_instead_of_or, "not AND"),
-        (_padding_on_queries, "padding is on the query axis"),
+        (_padding_on_queries, "padding hides keys, not queries"),
+        (_padding_keys_and_queries, "padding hides keys, not queries"),
         (_padding_only, "the padding mask alone"),
         (_diagonal_forbidden, "so it is visible"),
     ),

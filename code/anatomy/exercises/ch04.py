@@ -1,6 +1,7 @@
 """Chapter 4 exercises: split the features into heads (implement), a merge that mixes tokens
-(debug), the shapes of a batch of heads (predict), two heads with jobs set by hand
-(construct), and multi-head attention with biases and a per-sequence mask (the challenge)."""
+(debug), the shapes of grouped-query attention on a batch (predict), two heads with jobs set
+by hand (construct), and multi-head attention with biases and a per-sequence mask (the
+challenge)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _features(*shape: int) -> np.ndarray:
 
 
 def _straight_split(x: np.ndarray, h: int) -> np.ndarray:
-    """The silent bug: [..., T, d] read in memory order as [..., h, T, d_head]."""
+    """The silent bug: [..., T, d] read in row-major index order as [..., h, T, d_head]."""
     *lead, T, d = x.shape
     return x.reshape(*lead, h, T, d // h)
 
@@ -80,7 +81,8 @@ def _check_split_values(got: np.ndarray, x: np.ndarray, h: int, case: str) -> No
         if np.allclose(got, _straight_split(x, h)):
             raise Wrong(f"on {case}, the shape {got.shape} is right but the values are not: "
                         "reshaping [T, d] straight to [h, T, d_head] deals out consecutive "
-                        "chunks of memory, so head 0 gets whole tokens instead of columns "
+                        "chunks of x in row-major order (last axis fastest), so head 0 gets "
+                        "whole tokens instead of columns "
                         f"0:d_head of every token; {_SWAP}")
         if np.allclose(got, _strided_split(x, h)):
             raise Wrong(f"on {case}, the heads get interleaved columns (head 0 has columns "
@@ -249,7 +251,8 @@ def _diagnose_merge(fn, rng) -> None:
             *lead, h, T, d_head = heads.shape
             if np.allclose(got, heads.reshape(x.shape)):
                 raise Wrong(f"on {case}, merge(split_heads(x, h)) is not x: a reshape reads "
-                            "memory in order, so reshaping [h, T, d_head] straight to "
+                            "entries in index order (last axis fastest, whatever the "
+                            "memory layout), so reshaping [h, T, d_head] straight to "
                             "[T, d] fills token 0's row with head 0's first rows, i.e. with "
                             "features of other tokens; bring the head axis back next to "
                             "d_head first ([..., T, h, d_head]), then reshape")
@@ -293,10 +296,12 @@ register(Exercise(
     atol=0.0,
     success="merge(split_heads(x, h)) == x for one sequence, a batch, T = 1, one head and "
             "fresh random shapes",
-    explain="The reshape is right only once the head axis sits next to d_head. Reading "
-            "[h, T, d_head] in memory order as [T, h * d_head] gives token 0 the first rows "
-            "of head 0: features of tokens 0, 1, ... glued into one row. Move the head axis "
-            "back first ([..., T, h, d_head]), then reshape.",
+    explain="The reshape is right only once the head axis sits next to d_head. A reshape "
+            "reads entries in index order, last axis fastest, whatever the memory layout: "
+            "reading [h, T, d_head] that way (head 0's rows first) as [T, h * d_head] gives "
+            "token 0 the first rows of head 0, features of tokens 0, 1, ... glued into one "
+            "row. Move the head axis back first ([..., T, h, d_head]), which changes the "
+            "index order without moving any data, then reshape.",
     wrong_answers=(
         (_merge_wrong_swap, "must give x back"),
         (_merge_interleaved, "interleaved"),
@@ -304,11 +309,13 @@ register(Exercise(
     ),
 ))
 
-# ---- 4.3 the shapes of a batch of heads (predict) ---------------------------------------
+# ---- 4.3 the shapes of grouped-query attention on a batch (predict) ----------------------
 
-_SIZES = {"B": 4, "T": 10, "d": 96, "h": 6}
-_Q = (4, 6, 10, 16)
+_SIZES = {"B": 4, "T": 10, "d": 96, "h": 6, "h_kv": 2}
+_K = (4, 2, 10, 16)
+_K_REP = (4, 6, 10, 16)
 _SCORES = (4, 6, 10, 10)
+_NAMES = ("the shape of k", "the shape of k_rep", "the shape of the scores")
 
 
 def _shape(value, name: str) -> tuple[int, ...]:
@@ -322,59 +329,100 @@ def _shape(value, name: str) -> tuple[int, ...]:
     return shape
 
 
+def _check_k(k: tuple[int, ...]) -> None:
+    if k == _K:
+        return
+    if k == (4, 2, 10, 48):
+        raise Wrong(f"k {k}: d_head is d / h = 16 for the keys too, not d / h_kv; a "
+                    "grouped-query layer computes fewer key heads of the same width, so "
+                    "W_k is [d, h_kv d_head] = [96, 32]")
+    if k == (4, 6, 10, 16):
+        raise Wrong(f"k {k} has h = 6 heads: the keys are split into h_kv = 2 heads, "
+                    "one per group of query heads; that is where the saving comes from")
+    if k == (4, 10, 2, 16):
+        raise Wrong(f"k {k} is the layout after the reshape, before the T and head axes "
+                    "swap: split_heads puts the head axis in front of T")
+    if k == (2, 4, 10, 16):
+        raise Wrong(f"k {k} puts the heads before the batch: split_heads keeps the "
+                    "leading (batch) axes and puts the head axis just before T")
+    if len(k) != 4:
+        raise Wrong(f"k {k} has {len(k)} axes; the keys of a batch of heads have four, "
+                    "[B, h_kv, T, d_head]")
+    raise Wrong(f"k {k} is not [B, h_kv, T, d_head] with d_head = d / h")
+
+
+def _check_k_rep(k_rep: tuple[int, ...]) -> None:
+    if k_rep == _K_REP:
+        return
+    if k_rep == (4, 2, 30, 16) or k_rep == (4, 2, 10, 48):
+        raise Wrong(f"k_rep {k_rep}: axis=-3 is the head axis of [B, h_kv, T, d_head], so "
+                    "the repeat multiplies the number of heads, not T or d_head")
+    if k_rep == (4, 4, 10, 16):
+        raise Wrong(f"k_rep {k_rep}: each key head is repeated h // h_kv = 3 times, once "
+                    "per query head of its group, giving h = 6 heads")
+    if k_rep == (4, 12, 10, 16):
+        raise Wrong(f"k_rep {k_rep}: h // h_kv = 3 copies of each of the h_kv = 2 key "
+                    "heads make h = 6, one for every query head")
+    raise Wrong(f"k_rep {k_rep} is not [B, h, T, d_head]: after the repeat every query "
+                "head has a key head of its own shape")
+
+
+def _check_scores(scores: tuple[int, ...]) -> None:
+    if scores == _SCORES:
+        return
+    if scores == (4, 2, 10, 10):
+        raise Wrong(f"scores {scores} have one table per key head; every query head "
+                    "computes its own table against its group's keys, so the scores have "
+                    "h = 6 heads: [B, h, T, T]")
+    if scores == (4, 10, 10):
+        raise Wrong(f"scores {scores} are one table per sequence; every head computes "
+                    "its own table, so the scores keep the head axis: [B, h, T, T]")
+    if len(scores) == 4 and scores[-1] == 16 or scores[-2:] == (16, 16):
+        raise Wrong(f"scores {scores}: a score compares one token's query with one "
+                    "token's key, so the last two axes are T x T; d_head is summed "
+                    "over in each dot product")
+    raise Wrong(f"scores {scores} are not [B, h, T, T]")
+
+
 def _diagnose_shapes(answer, rng) -> None:
-    if isinstance(answer, (str, bytes)) or not hasattr(answer, "__len__") or len(answer) != 2:
-        raise Wrong("answer with a pair of shapes, (shape of q, shape of the scores), e.g. "
-                    "((1, 2, 3, 4), (1, 2, 3, 3))")
-    q, scores = _shape(answer[0], "the shape of q"), _shape(answer[1], "the shape of the "
-                                                                        "scores")
-    if q != _Q:
-        if q == (4, 10, 6, 16):
-            raise Wrong(f"q {q} is the layout after the reshape, before the T and h axes "
-                        "swap: the head axis goes in front of T, so that each head is a "
-                        "[T, d_head] matrix that batched matmuls can use")
-        if q == (6, 4, 10, 16):
-            raise Wrong(f"q {q} puts the heads before the batch: split_heads keeps the "
-                        "leading (batch) axes and puts the head axis just before T")
-        if len(q) == 4 and q[-1] == 96:
-            raise Wrong(f"q {q}: each head gets only its own slice of the features, of "
-                        "width d_head = d / h")
-        if len(q) != 4:
-            raise Wrong(f"q {q} has {len(q)} axes; per-head queries of a batch have four, "
-                        "[B, h, T, d_head]")
-        raise Wrong(f"q {q} is not [B, h, T, d_head] with d_head = d / h")
-    if scores != _SCORES:
-        if scores == (4, 10, 10):
-            raise Wrong(f"scores {scores} are one table per sequence; every head computes "
-                        "its own table, so the scores keep the head axis: [B, h, T, T]")
-        if len(scores) == 4 and scores[-1] == 16 or scores[-2:] == (16, 16):
-            raise Wrong(f"scores {scores}: a score compares one token's query with one "
-                        "token's key, so the last two axes are T x T; d_head is summed "
-                        "over in each dot product")
-        raise Wrong(f"scores {scores} are not [B, h, T, T]")
+    if isinstance(answer, (str, bytes)) or not hasattr(answer, "__len__") or len(answer) != 3:
+        raise Wrong("answer with three shapes, (shape of k, shape of k_rep, shape of the "
+                    "scores), e.g. ((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 3))")
+    k, k_rep, scores = (_shape(value, name) for value, name in zip(answer, _NAMES,
+                                                                   strict=True))
+    _check_k(k)
+    _check_k_rep(k_rep)
+    _check_scores(scores)
 
 
 register(Exercise(
     id="4.3",
-    title="The shapes of a batch of heads",
+    title="Grouped-query attention shapes on a batch",
     kind="predict",
-    reference=(_Q, _SCORES),
+    reference=(_K, _K_REP, _SCORES),
     diagnose=_diagnose_shapes,
-    success="q is [B, h, T, d_head] = (4, 6, 10, 16) and the scores [B, h, T, T] = "
-            "(4, 6, 10, 10)",
-    explain="d_head = d / h = 96 / 6 = 16. split_heads keeps the batch axis and puts the "
-            "head axis before T: q is [B, h, T, d_head] = (4, 6, 10, 16). Each head compares "
-            "its T queries with its T keys, summing over d_head, so the scores are "
-            "[B, h, T, T] = (4, 6, 10, 10): one 10 x 10 table per head per sequence.",
+    success="k is [B, h_kv, T, d_head] = (4, 2, 10, 16), k_rep [B, h, T, d_head] = "
+            "(4, 6, 10, 16) and the scores [B, h, T, T] = (4, 6, 10, 10)",
+    explain="d_head = d / h = 96 / 6 = 16 for queries and keys alike, so W_k is "
+            "[d, h_kv d_head] = [96, 32]. split_heads keeps the batch axis and puts the "
+            "head axis before T: k is [B, h_kv, T, d_head] = (4, 2, 10, 16). Repeating "
+            "each key head h // h_kv = 3 times along the head axis gives every query head "
+            "a key head: k_rep is [B, h, T, d_head] = (4, 6, 10, 16). Each query head "
+            "compares its T queries with its T keys, summing over d_head, so the scores are "
+            "[B, h, T, T] = (4, 6, 10, 10): one 10 x 10 table per query head per sequence.",
     wrong_answers=(
-        (((4, 10, 6, 16), _SCORES), "before the T and h axes swap"),
-        (((6, 4, 10, 16), _SCORES), "heads before the batch"),
-        (((4, 6, 10, 96), _SCORES), "d_head = d / h"),
-        ((_Q, (4, 10, 10)), "one table per sequence"),
-        ((_Q, (4, 6, 16, 16)), "T x T"),
-        ((_Q, (4, 6, 10, 16)), "T x T"),
-        ((4, 6, 10, 16), "pair of shapes"),
-        ("(4, 6, 10, 16)", "pair of shapes"),
+        (((4, 2, 10, 48), _K_REP, _SCORES), "not d / h_kv"),
+        (((4, 6, 10, 16), _K_REP, _SCORES), "split into h_kv = 2 heads"),
+        (((4, 10, 2, 16), _K_REP, _SCORES), "before the T and head axes swap"),
+        (((2, 4, 10, 16), _K_REP, _SCORES), "heads before the batch"),
+        ((_K, (4, 2, 30, 16), _SCORES), "the head axis"),
+        ((_K, (4, 4, 10, 16), _SCORES), "repeated h // h_kv = 3 times"),
+        ((_K, _K_REP, (4, 2, 10, 10)), "one table per key head"),
+        ((_K, _K_REP, (4, 10, 10)), "one table per sequence"),
+        ((_K, _K_REP, (4, 6, 16, 16)), "T x T"),
+        ((_K, _K_REP, (4, 6, 10, 16)), "T x T"),
+        ((_K_REP, _SCORES), "three shapes"),
+        ("(4, 2, 10, 16)", "three shapes"),
     ),
 ))
 
@@ -404,7 +452,9 @@ def _head_problem(w: np.ndarray, head: int, key_of, job: str) -> str | None:
                    "the query (or key) columns up" if top == key else
                    f"Its favourite is key {top} ({w[t, top]:.2f}): make q_{t} . k_{key} "
                    f"the one large score of row {t}")
-            return (f"head {head} ({job}) puts {w[t, key]:.2f} of query {t}'s weight on key "
+            # rounded down, so that a weight just under _NEED never prints as reaching it
+            got = math.floor(w[t, key] * 1000) / 1000
+            return (f"head {head} ({job}) puts {got:.3f} of query {t}'s weight on key "
                     f"{key}; it needs at least {_NEED}. {gap}")
     return None
 

@@ -1,7 +1,7 @@
-"""Chapter 7 exercises: a block's parameter count (implement), the KV cache's bytes
-(implement), which changes move N (predict), a PyTorch count that is too large (debug), a
-shape for a parameter budget (construct), and (the challenge) the exact matmul FLOPs of one
-forward pass."""
+"""Chapter 7 exercises: a block's parameter count (implement), the largest batch whose KV
+caches fit beside the weights (implement), which changes move N (predict), a PyTorch count
+that is too large (debug), a shape for a parameter budget (construct), and (the challenge) the
+exact matmul FLOPs of one forward pass."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from ..flops import forward_matmul_flops, kv_cache_bytes
+from ..flops import forward_matmul_flops, kv_cache_bytes, max_batch, weight_bytes
 from ..params import (
     GPT2_SMALL,
     SHAPE_ASPECT,
@@ -154,111 +154,131 @@ register(Exercise(
     ),
 ))
 
-# ---- 7.2 the KV cache in bytes (implement) ------------------------------------------------
+# ---- 7.2 the largest batch that fits (implement) -------------------------------------------
 
-# Every factor of the formula is different here (L = 6, h = 8, B = 3, 4 bytes, ctx / T = 5.12),
-# so a missing factor can be named from the ratio alone.
+# Every factor differs here (L = 6, h = 8, 4 bytes, ctx / T = 5.12), so each slip gives its
+# own number.
 _ODD = GPTConfig(V=100, ctx=512, d=256, L=6, h=8, d_ff=1024)
 
 
-def _kv_cases(rng) -> list[tuple[str, GPTConfig, int, int, int]]:
-    """(case, cfg, T, B, bytes); B = 0 or bytes = 0 stands for "left to its default"."""
-    cases = [("L = 6, h = 8, d = 256, T = 100 (ctx = 512), B = 3, fp32", _ODD, 100, 3, 4),
-             ("GPT-2 small, T = 1024, B and bytes_per_value left to their defaults (1 and "
-              "2: fp16)", GPT2_SMALL, 1024, 0, 0),
-             ("GPT-2 small, a single token (T = 1), B = 2, fp16", GPT2_SMALL, 1, 2, 2)]
+def _fits(cfg: GPTConfig, T: int, nbytes: int, B: int, extra: int) -> int:
+    """Memory that holds the weights and exactly B caches of T tokens, plus extra bytes."""
+    return weight_bytes(cfg, nbytes) + kv_cache_bytes(cfg, T, B, nbytes) + extra
+
+
+def _batch_cases(rng) -> list[tuple[str, GPTConfig, int, int, int]]:
+    """(case, cfg, T, memory, bytes); bytes = 0 stands for "left to its default" (2)."""
+    cases = [("GPT-2 small, T = 1024, 16 GiB, bytes_per_value left to its default (2: fp16)",
+              GPT2_SMALL, 1024, 16 * 2**30, 0),
+             ("L = 6, h = 8, d = 256, T = 100 (ctx = 512), fp32, memory for exactly 5 "
+              "sequences", _ODD, 100, _fits(_ODD, 100, 4, 5, 0), 4),
+             ("L = 6, h = 8, d = 256, T = 100, fp32, memory one byte short of 3 sequences",
+              _ODD, 100, _fits(_ODD, 100, 4, 3, -1), 4),
+             ("GPT-2 small, T = 1, fp16, memory one byte short of the weights alone",
+              GPT2_SMALL, 1, weight_bytes(GPT2_SMALL, 2) - 1, 2)]
     for _ in range(2):
         cfg = _random_config(rng)
-        T, B = int(rng.integers(1, cfg.ctx + 1)), int(rng.integers(1, 65))
-        nbytes = int(rng.choice([1, 2, 4]))
-        cases.append((f"fresh random {_describe(cfg)}, T = {T}, B = {B}, {nbytes} bytes",
-                      cfg, T, B, nbytes))
+        T, nbytes = int(rng.integers(1, cfg.ctx + 1)), int(rng.choice([1, 2, 4]))
+        B = int(rng.integers(1, 200))
+        extra = int(rng.integers(0, kv_cache_bytes(cfg, T, 1, nbytes)))
+        cases.append((f"fresh random {_describe(cfg)}, T = {T}, {nbytes} bytes, memory for "
+                      f"{B} sequences and {extra:,} bytes more", cfg, T,
+                      _fits(cfg, T, nbytes, B, extra), nbytes))
     return cases
 
 
-def _kv_slips(cfg: GPTConfig, T: int, B: int, nbytes: int) -> list[tuple[float, str]]:
-    """(answer / right answer, the slip) for each slip a reader makes, on one case."""
+def _batch_slips(cfg: GPTConfig, T: int, memory: int, nbytes: int) -> list[tuple[int, str]]:
+    """(the answer a slip gives, the slip) on one case."""
+    w, kv = weight_bytes(cfg, nbytes), kv_cache_bytes(cfg, T, 1, nbytes)
+    free = memory - w
     return [
-        (0.5, "half the cache: every token keeps both a key and a value (the factor 2)"),
-        (1 / cfg.L, f"one layer's worth: each of the L = {cfg.L} blocks keeps its own keys "
-                    "and values"),
-        (1 / cfg.h, f"a factor h = {cfg.h} too small: each head caches d_head values per "
-                    "token, so a layer caches h x d_head = d"),
-        (1 / nbytes, "a count of values, not bytes: multiply by bytes_per_value"),
-        (2 / nbytes, "bytes_per_value is ignored (always 2): use the argument, "
-                     f"{nbytes} bytes here"),
-        (8.0, "bits, not bytes: bytes_per_value is already in bytes"),
-        (1 / B, f"one sequence only: multiply by the batch B = {B}"),
-        (cfg.ctx / T, "sized for cfg.ctx, the longest allowed context; the cache holds the "
-                      "T tokens seen so far, not ctx"),
+        (memory // kv, "the weights are left out: they take their bytes before any cache"),
+        (max(0, free // (kv // 2)), "half a cache per sequence: every token keeps both a key "
+                                    "and a value"),
+        (max(0, free // (kv // cfg.L)), f"one layer's cache per sequence: each of the "
+                                        f"L = {cfg.L} blocks keeps its own"),
+        (max(0, free // kv_cache_bytes(cfg, cfg.ctx, 1, nbytes)),
+         "caches sized for cfg.ctx; a sequence of T tokens caches T, not ctx"),
+        (max(0, (memory - weight_bytes(cfg, 2)) // kv_cache_bytes(cfg, T, 1, 2)),
+         f"bytes_per_value is ignored (always 2): use the argument, {nbytes} bytes here"),
+        (max(0, -(-free // kv)), "rounded up: a part of a sequence's cache does not serve it"),
+        (max(0, free // kv - 1) if free % kv == 0 else None,
+         "memory that holds the caches exactly is enough: B fits when its bytes are <= "
+         "memory, not <"),
+        (free // kv if free < 0 else None, "a negative batch: when not even one sequence "
+                                           "fits, the answer is 0"),
     ]
 
 
-def _diagnose_kv(fn, rng) -> None:
-    seen = []                      # (answer / right, the slips) on every case
-    first = None
-    for case, cfg, T, B, nbytes in _kv_cases(rng):
-        kwargs = _given_only(B=B, bytes_per_value=nbytes)
-        got = _as_number(run(fn, cfg, T, case=case, **kwargs), case=case)
-        want = kv_cache_bytes(cfg, T, **kwargs)
-        seen.append((got / want, _kv_slips(cfg, T, B or 1, nbytes or 2)))
-        if got != want and first is None:
-            first = (case, got, want, len(seen) - 1)
-    if first is None:
-        return
-    case, got, want, at = first
-    ratio, slips = seen[at]
-    here = [i for i, (r, _) in enumerate(slips) if math.isclose(ratio, r, rel_tol=1e-9)]
-    # A slip that gives the answer's number on every case is the one it has; where several
-    # do (or none does on all), every slip that fits this case is named.
-    everywhere = [i for i in here if all(
-        math.isclose(r, s[i][0], rel_tol=1e-9) for r, s in seen)]
-    named = everywhere or here
-    if named:
-        why = "; or ".join(slips[i][1] for i in named)
-        raise Wrong(f"on {case}, you got {got:,.0f} bytes, {ratio:.3g} x the right "
-                    f"{want:,}: {why}")
-    raise Wrong(f"on {case}, you got {got:,.0f} bytes but the cache takes 2 x L x T x d x "
-                f"B x bytes = {want:,}")
+def _diagnose_batch(fn, rng) -> None:
+    for case, cfg, T, memory, nbytes in _batch_cases(rng):
+        kwargs = _given_only(bytes_per_value=nbytes)
+        got = _as_number(run(fn, cfg, T, memory, case=case, **kwargs), case=case)
+        want = max_batch(cfg, T, memory, **kwargs)
+        if got == want:
+            continue
+        if got != int(got):
+            raise Wrong(f"on {case}, you got {got:,.3f} sequences; a batch is a whole number "
+                        f"(round down: here {want:,})")
+        named = [why for slip, why in _batch_slips(cfg, T, memory, nbytes or 2)
+                 if slip is not None and slip == got and slip != want]
+        if named:
+            raise Wrong(f"on {case}, you got {got:,.0f}, not {want:,}: " + "; or ".join(named))
+        raise Wrong(f"on {case}, you got {got:,.0f} but {want:,} sequences fit: the weights "
+                    "once, then a cache of 2 x L x T x d numbers per sequence")
 
 
-def _kv_battery(rng):
-    return [((cfg, T), _given_only(B=B, bytes_per_value=nbytes))
-            for _, cfg, T, B, nbytes in _kv_cases(rng)]
+def _batch_battery(rng):
+    return [((cfg, T, memory), _given_only(bytes_per_value=nbytes))
+            for _, cfg, T, memory, nbytes in _batch_cases(rng)]
 
 
-def _keys_only(cfg, T, B=1, bytes_per_value=2):
-    return cfg.L * T * cfg.d * B * bytes_per_value
+def _no_weights(cfg, T, memory, bytes_per_value=2):
+    return memory // kv_cache_bytes(cfg, T, 1, bytes_per_value)
 
 
-def _one_layer(cfg, T, B=1, bytes_per_value=2):
-    return 2 * T * cfg.d * B * bytes_per_value
+def _uses_ctx(cfg, T, memory, bytes_per_value=2):
+    free = memory - weight_bytes(cfg, bytes_per_value)
+    return max(0, free // kv_cache_bytes(cfg, cfg.ctx, 1, bytes_per_value))
 
 
-def _uses_ctx(cfg, T, B=1, bytes_per_value=2):
-    return 2 * cfg.L * cfg.ctx * cfg.d * B * bytes_per_value
+def _two_bytes(cfg, T, memory, bytes_per_value=2):
+    return max(0, (memory - weight_bytes(cfg, 2)) // kv_cache_bytes(cfg, T, 1, 2))
 
 
-def _two_bytes(cfg, T, B=1, bytes_per_value=2):
-    return 2 * cfg.L * T * cfg.d * B * 2
+def _keys_only(cfg, T, memory, bytes_per_value=2):
+    free = memory - weight_bytes(cfg, bytes_per_value)
+    return max(0, free // (cfg.L * T * cfg.d * bytes_per_value))
+
+
+def _rounds_up(cfg, T, memory, bytes_per_value=2):
+    free = memory - weight_bytes(cfg, bytes_per_value)
+    return max(0, math.ceil(free / kv_cache_bytes(cfg, T, 1, bytes_per_value)))
+
+
+def _negative(cfg, T, memory, bytes_per_value=2):
+    return (memory - weight_bytes(cfg, bytes_per_value)) // kv_cache_bytes(
+        cfg, T, 1, bytes_per_value)
 
 
 register(Exercise(
     id="7.2",
-    title="KV-cache bytes",
+    title="The largest batch that fits",
     kind="implement",
-    reference=kv_cache_bytes,
-    diagnose=_diagnose_kv,
-    battery=_kv_battery,
+    reference=max_batch,
+    diagnose=_diagnose_batch,
+    battery=_batch_battery,
     rtol=0.0,
     atol=0.0,
-    success="2 x L x T x d x B x bytes, for fp32 and fp16, a batch, T = 1 and fresh random "
-            "models",
+    success="the weights once and one cache per sequence, rounded down, for GPT-2 small, "
+            "fp32, exact fits, too little memory and fresh random models",
     wrong_answers=(
-        (_keys_only, "both a key and a value"),
-        (_one_layer, "one layer's worth"),
+        (_no_weights, "the weights are left out"),
         (_uses_ctx, "not ctx"),
         (_two_bytes, "bytes_per_value is ignored"),
+        (_keys_only, "both a key and a value"),
+        (_rounds_up, "rounded up"),
+        (_negative, "a negative batch"),
     ),
 ))
 

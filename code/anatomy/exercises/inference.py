@@ -1,5 +1,5 @@
 """The inference chapter's exercises ("I.1" ... "I.C"): the online-softmax update
-(implement), the tokens one target pass yields in speculative decoding (predict), an int8
+(implement), the acceptance rate at which speculative decoding breaks even (predict), an int8
 quantizer whose largest weight changes sign (debug), how much a text repeats itself
 (measure), and attention in tiles under a memory budget (the challenge)."""
 
@@ -10,7 +10,6 @@ import numpy as np
 from ..attention import attention
 from ..inference.decoding import repeated_ngrams
 from ..inference.quantize import absmax_int8
-from ..inference.speculative import expected_tokens_per_call
 from ..inference.tiled import naive_attention, online_softmax_update, peak_bytes, tiled_attention
 from . import register
 from ._core import (
@@ -142,45 +141,48 @@ register(Exercise(
     ),
 ))
 
-# ---- I.2 tokens per target pass (predict) ---------------------------------------------------
+# ---- I.2 where the draft breaks even (predict) ----------------------------------------------
 
-_ALPHA, _K = 0.8, 4
-_TOKENS = round(expected_tokens_per_call(_ALPHA, _K), 2)
+_K, _COST = 2, 0.375
+# break even: 1 + a + a^2 = k c + 1, so a^2 + a - k c = 0 and a = (-1 + sqrt(1 + 4 k c)) / 2
+_ALPHA = round((-1 + (1 + 4 * _K * _COST) ** 0.5) / 2, 2)
 
 
-def _diagnose_tokens(answer, rng) -> None:
+def _diagnose_break_even(answer, rng) -> None:
     value = expect_number(answer, case="your answer", name="your answer")
-    if abs(value - _TOKENS) <= 0.011:
+    if abs(value - _ALPHA) <= 0.011:
         return
-    if abs(value - _ALPHA * _K) < 0.02:
-        raise Wrong(f"{value:g} is alpha * k, the drafts accepted if each were judged on its "
-                    "own; but a round stops at the first rejection, and the target's pass "
-                    "always adds one token of its own")
-    if abs(value - (1 + _ALPHA * _K)) < 0.02:
-        raise Wrong(f"{value:g} counts every draft token as if judged on its own; the i-th "
-                    "draft token only counts when all before it were accepted too "
-                    "(probability alpha^i)")
-    if abs(value - (1 - _ALPHA ** _K) / (1 - _ALPHA)) < 0.02:
-        raise Wrong(f"{value:g} leaves out the last term: when all k drafts are accepted "
-                    "the target's pass gives one token more, for free")
-    raise Wrong(f"{value:g} is not it: add up the chance that the round gets at least 1, "
-                "2, ... tokens (two decimals)")
+    if abs(value - _COST) < 0.02:
+        raise Wrong(f"{value:g} solves 1 + 2 alpha = 2c + 1, which counts the second draft "
+                    "as if judged on its own; it only counts when the first was accepted "
+                    "too (probability alpha^2)")
+    if abs(value - 0.75) < 0.02:
+        raise Wrong(f"{value:g} solves 1 + alpha = 2c + 1, which leaves out the last term: "
+                    "when both drafts are accepted the target's pass gives one token more "
+                    "(probability alpha^2)")
+    if abs(value - 1.0) < 0.02 or abs(value) < 0.02:
+        raise Wrong(f"{value:g} is not where the speed-up (1 + alpha + alpha^2) / (2c + 1) "
+                    "equals 1: set the tokens per round equal to the cost of a round")
+    raise Wrong(f"{value:g} is not it: the round yields 1 + alpha + alpha^2 tokens and "
+                "costs 2c + 1 target steps; solve for the alpha where the two are equal "
+                "(two decimals)")
 
 
 register(Exercise(
     id="I.2",
-    title="Tokens per target pass",
+    title="Where the draft breaks even",
     kind="predict",
-    reference=_TOKENS,
-    diagnose=_diagnose_tokens,
-    success="1 + 0.8 + 0.8^2 + 0.8^3 + 0.8^4: the round yields its i-th token when the "
-            "first i - 1 drafts are all accepted",
-    explain="The first token always comes (accepted draft or the target's own); the second "
-            "needs draft 1 accepted (0.8), the third drafts 1 and 2 (0.8^2), and so on up to "
-            "the bonus token after all four (0.8^4). The sum is (1 - 0.8^5) / (1 - 0.8) = "
-            "3.36 tokens per target pass.",
-    wrong_answers=((3.2, "alpha * k"), (4.2, "only counts when all before it"),
-                   (2.95, "leaves out the last term"), (5, "is not it")),
+    reference=_ALPHA,
+    diagnose=_diagnose_break_even,
+    success="1 + alpha + alpha^2 = 2 * 0.375 + 1, so alpha^2 + alpha - 0.75 = 0 and "
+            "alpha = 0.5",
+    explain="A round of k = 2 drafts costs 2c + 1 = 1.75 target steps and yields "
+            "1 + alpha + alpha^2 tokens: the first always, the second when draft 1 is "
+            "accepted, the third (the bonus) when both are. Break even is where the two are "
+            "equal: alpha^2 + alpha - 0.75 = 0, whose positive root is "
+            "(-1 + sqrt(1 + 3)) / 2 = 0.5. Below it, the drafts cost more than they save.",
+    wrong_answers=((0.375, "counts the second draft"), (0.75, "leaves out the last term"),
+                   (1.0, "set the tokens per round equal"), (0.6, "is not it")),
 ))
 
 # ---- I.3 an int8 quantizer (debug) ----------------------------------------------------------
@@ -403,8 +405,8 @@ def _diagnose_tiles(fn, rng) -> None:
     if used > table / 4:
         raise Wrong(f"at T = {_BUDGET_T}, block = 64, your function's memory peaked at "
                     f"{used / 2**20:.1f} MiB, more than a quarter of one [T, T] float64 "
-                    f"table ({table / 2**20:.0f} MiB): it builds the whole score table; "
-                    "keep one [block, block] tile at a time")
+                    f"table ({table / 2**20:.0f} MiB): walk the queries in blocks as well as the "
+                    "keys, so that only one [block, block] tile of scores is alive at a time")
 
 
 def _tile_battery(rng):
@@ -442,6 +444,6 @@ register(Exercise(
     success="equal to attention within 1e-9, causal or not, T not a multiple of the block, "
             "T = 1, a batch of heads, fewer queries than keys, fresh random inputs, and "
             "under a quarter of a [T, T] table of memory at T = 1024",
-    wrong_answers=((_whole_table, "builds the whole score table"),
+    wrong_answers=((_whole_table, "more than a quarter of one [T, T]"),
                    (_no_rescale_tiles, "should be")),
 ))

@@ -513,8 +513,8 @@ def _diagnose_train(fn, rng) -> None:
         mine, right = counts.get(got[k], 0), counts.get(want[k], 0)
         if mine == right:
             raise Wrong(message + f": both pairs occur {right} times at that point; on a tie "
-                        "take the pair of the oldest tokens (the smallest first id, then the "
-                        "smallest second id)")
+                        "take the smallest pair (the smaller first id, then the smaller second "
+                        "id)")
         raise Wrong(message + f": at that point {want[k]!r} occurs {right} times and "
                     f"{got[k]!r} {mine}; count the pairs of the merged text after each merge, "
                     "weighted by how often each chunk occurs")

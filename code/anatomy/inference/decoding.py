@@ -64,9 +64,11 @@ def truncate(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = N
 
 
 def repetition_penalty(logits: np.ndarray, ids: np.ndarray, penalty: float) -> np.ndarray:
-    """Make tokens that already occur in ``ids`` less likely (Keskar et al., 2019): a
-    positive logit is divided by ``penalty``, a negative one multiplied, so either way it
-    moves down for penalty > 1. ``penalty`` 1 changes nothing.
+    """Make tokens that already occur in ``ids`` (prompt included) less likely, after the
+    penalised sampling of CTRL (Keskar et al., 2019). CTRL divides every such logit by the
+    penalty, which raises a negative one; here a positive logit is divided by ``penalty``
+    and a negative one multiplied, so either way it moves down for penalty > 1.
+    ``penalty`` 1 changes nothing.
 
     Shapes: logits [V], ids [T] -> [V]
     """

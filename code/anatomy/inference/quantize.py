@@ -85,14 +85,16 @@ def _quantized_names(params: Mapping[str, np.ndarray]) -> list[str]:
     return [n for n, w in params.items() if np.ndim(w) == 2 and n != "pos_emb"]
 
 
-def quantize(params: Mapping[str, np.ndarray], bits: int = 8, group: int | None = None
-             ) -> dict[str, np.ndarray | QTensor]:
+def quantize(params: Mapping[str, np.ndarray], bits: int = 8, group: int | None = None,
+             channel=absmax_int8) -> dict[str, np.ndarray | QTensor]:
     """Every weight matrix of ``params`` as a :class:`QTensor`, the rest unchanged.
 
     ``bits`` 8 or 4; ``group`` the number of consecutive inputs sharing a scale (None: a
     whole channel). A matrix is quantized along the axis its matmul sums over: the inputs of
     W [n_in, n_out], and d of the token table [V, d], which the tied head multiplies as
-    x @ tok_emb^T. ``group`` must divide every such axis.
+    x @ tok_emb^T. ``group`` must divide every such axis. ``channel`` is the int8
+    per-channel quantizer used when ``bits`` is 8 and ``group`` None (another one, such as a
+    reader's exercise answer, can be passed in its place).
 
     Shapes: params with param_shapes(cfg) -> the same names, matrices as QTensor
     """
@@ -110,7 +112,7 @@ def quantize(params: Mapping[str, np.ndarray], bits: int = 8, group: int | None 
         if n_in % g:
             raise ValueError(f"group: expected a divisor of every matrix's input width, but "
                              f"{name} has {n_in} inputs and group={group}")
-        q, scale = absmax_int8(Wt) if bits == 8 and g == n_in else absmax_groups(Wt, bits, g)
+        q, scale = channel(Wt) if bits == 8 and g == n_in else absmax_groups(Wt, bits, g)
         scale = scale.reshape(-1, Wt.shape[1])              # [n_in / g, n_out]
         data = _pack4(q) if bits == 4 else q
         out[name] = QTensor(data, scale, bits, g, Wt.shape, transposed)

@@ -1,6 +1,6 @@
 """Chapter 4's picture of multi-head attention: one weight map per head, the lab that
 re-splits the same projection into a different number of heads (the slider stops at the
-divisors of d only), and a short report of which heads of a trained model have a job that
+divisors of d only), and a short report of which heads of a trained model have a pattern that
 can be named (:func:`describe_heads`, from :func:`anatomy.interp.head_scores`)."""
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def heads_lab(X: np.ndarray, W_qkv: np.ndarray, tokens: Sequence[str], h: int = 
     show_lab([[heads, masked]], [picture, caption], update)
 
 
-# ---- chapter 4: which trained heads have a job you can name -------------------------------
+# ---- chapter 4: which trained heads have a pattern you can name ---------------------------
 
 
 def describe_heads(scores, min_score: float = 0.4, min_ratio: float = 5.0) -> list[str]:
-    """Lines that sort a model's heads into those with a nameable job and the rest.
+    """Lines that sort a model's heads into those with a nameable pattern and the rest.
 
     ``scores`` is an :class:`anatomy.interp.HeadScores`. A head is named by its best role
     when that role holds at least ``min_score`` of its weight and at least ``min_ratio``

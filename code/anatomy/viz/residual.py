@@ -222,9 +222,10 @@ def draw_grad_profiles(full: Mapping[str, object], skip: Mapping[str, object]):
 
 def draw_patch_recovery(recovery, title: str | None = None):
     """Activation patching as one table of colours: row l is block l, columns its heads and
-    its MLP, each cell the share of the logit difference that patching that one sublayer's
-    write from the clean run into the corrupted one gives back (0 = nothing, 1 = all of it;
-    red above 0, blue below), with the share written in the cell. ``recovery`` is
+    its MLP, each cell the share of the change in logit difference (from the clean run's to
+    the corrupted run's) that patching that one head's or MLP's write from the clean run into the
+    corrupted one gives back (0 = nothing, 1 = all of it; red above 0, blue below), with the
+    share written in the cell. ``recovery`` is
     :class:`anatomy.interp.PatchRecovery`. Returns the figure.
 
     Shapes: recovery.heads [L, h], recovery.mlps [L] -> an [L, h + 1] table
@@ -244,7 +245,7 @@ def draw_patch_recovery(recovery, title: str | None = None):
     ax.axvline(h - 0.5, color="black", linewidth=1)
     ax.set_xticks(range(h + 1), [f"head {k}" for k in range(h)] + ["MLP"], fontsize=8)
     ax.set_yticks(range(L), [f"block {i}" for i in range(L)], fontsize=8)
-    ax.set_title(title or f"share of the logit difference recovered "
+    ax.set_title(title or f"share of the change in logit difference recovered "
                  f"({recovery.corrupt:.2f} -> {recovery.clean:.2f})", fontsize=9)
     fig.tight_layout()
     return fig

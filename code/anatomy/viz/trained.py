@@ -58,7 +58,7 @@ def draw_trained_heads(patterns: np.ndarray, text: str,
     much head k of layer l at position t takes from position j). ``heads`` lists the
     (layer, head) pairs to draw, in order (default: all of them, a layer per row when
     ``cols`` = h); ``notes`` adds a line under a panel's title (say, the head's measured
-    job). Every panel uses the same 0..1 colour scale. Returns the matplotlib figure.
+    pattern). Every panel uses the same 0..1 colour scale. Returns the matplotlib figure.
 
     Shapes: patterns [L, h, T, T] with T = len(text)
     """
