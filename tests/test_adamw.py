@@ -84,6 +84,21 @@ def test_spike_moves_sgd_follows_the_gradient_adamw_remembers_it():
         assert clipped[0] < 2.5 and abs(clipped[1:].mean() - 1) < 0.1
 
 
+def test_spike_moves_after_extends_the_run_and_shows_v_freezing_the_weights():
+    short = spike_moves("AdamW", clip=None)
+    adam = spike_moves("AdamW", clip=None, after=1500)
+    assert adam.shape == (1501,)
+    np.testing.assert_array_equal(adam[:101], short)  # the same draws, only longer
+    assert adam[31:201].mean() < 0.1                 # v, inflated, all but freezes them
+    assert (adam[31:800] < 0.5).all()                # for hundreds of steps (beta2 0.99)
+    assert adam[1001:].mean() > 0.8                  # and lets go after about a thousand
+    clipped = spike_moves("AdamW", clip=1.0, after=1500)
+    assert abs(clipped[1:].mean() - 1) < 0.05
+
+
 def test_spike_moves_rejects_an_unknown_optimizer():
     with pytest.raises(ValueError, match="optimizer"):
         spike_moves("Adam", clip=None)
+    for after in (0, 2.5, True):
+        with pytest.raises(ValueError, match="after"):
+            spike_moves("SGD", clip=None, after=after)

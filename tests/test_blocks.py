@@ -16,6 +16,7 @@ from anatomy.blocks import (
     mlp,
     relu,
     residual_pieces,
+    sublayer_reads,
 )
 from anatomy.params import GPT2_SMALL, GPTConfig, block_params, count_breakdown, init_params
 
@@ -189,3 +190,21 @@ def test_mlp_weight_of_wrong_shape_is_named():
     with pytest.raises(ValueError, match=r"W_2: expected shape \[d_ff, d\] = \(48, 16\), "
                                          r"got \(16, 48\)"):
         mlp(np.ones((2, 16)), np.ones((16, 48)), None, np.ones((16, 48)), None)
+
+
+def test_sublayer_reads_are_what_each_sublayer_normalises():
+    # Chapter 6 sets each write beside what its sublayer read.
+    blocks = _stack(3)
+    x = np.random.default_rng(12).standard_normal((2, 5, 16))
+    pieces = residual_pieces(x, blocks, 4)
+    reads = sublayer_reads(pieces, blocks)
+    assert list(reads) == list(pieces)[1:]
+    for i, p in enumerate(blocks):
+        entering = block_stack(x, blocks[:i], 4)                    # [2, 5, 16]
+        np.testing.assert_allclose(reads[f"{i}.attn"],
+                                   layer_norm(entering, p["ln1_g"], p["ln1_b"]), atol=1e-12)
+        mid = entering + block_writes(entering, p, 4).attn
+        np.testing.assert_allclose(reads[f"{i}.mlp"],
+                                   layer_norm(mid, p["ln2_g"], p["ln2_b"]), atol=1e-12)
+        np.testing.assert_allclose(mlp(reads[f"{i}.mlp"], p["W_1"], p["b_1"], p["W_2"],
+                                       p["b_2"]), pieces[f"{i}.mlp"], atol=1e-12)

@@ -176,6 +176,43 @@ def test_each_folded_solution_pastes_into_its_chapter(exercise_id):
     assert result.status == PASSED, result.message
 
 
+@pytest.mark.parametrize("exercise_id", [i for i, ex in EXERCISES.items()
+                                         if ex.kind == "debug"])
+def test_each_debug_diff_applied_to_its_stub_passes_in_its_chapter(exercise_id):
+    # The diff's fixed side, put in place of the stub's body with only the chapter's
+    # imports around it (no `math` where the chapter has only NumPy), is a right answer.
+    from anatomy.exercises._core import _body, source_of
+
+    exercise = EXERCISES[exercise_id]
+    diff = [text for is_code, text in Solution(exercise).parts if is_code][0]
+    fixed, at = [], 0                       # the stub's body with the diff's hunks applied
+    given = _body(exercise.given)
+    for line in diff.splitlines()[2:]:
+        if line.startswith("@@"):
+            start = int(re.match(r"@@ -(\d+)", line).group(1)) - 1
+            fixed += given[at:start]
+            at = start
+        elif line.startswith("-"):
+            assert given[at] == line[1:], (given[at], line)
+            at += 1
+        elif line.startswith("+"):
+            fixed.append(line[1:])
+        else:
+            assert given[at] == line[1:], (given[at], line)
+            fixed.append(line[1:])
+            at += 1
+    fixed += given[at:]
+    stub = ast.parse(source_of(exercise.given)).body[0]
+    docstring = isinstance(stub.body[0], ast.Expr) and len(stub.body) > 1
+    head = source_of(exercise.given).splitlines()[:stub.body[int(docstring)].lineno - 1]
+    indent = " " * stub.body[0].col_offset
+    code = "\n".join([*head, *(indent + line if line else line for line in fixed)])
+    namespace = _chapter_imports(exercise_id)
+    exec(compile(code, f"<fixed {exercise_id}>", "exec"), namespace)
+    result = exercise.check(namespace[stub.name], quiet=True, seed=0)
+    assert result.status == PASSED, result.message
+
+
 # ---- messages that name the cause the answer has (issue 19, part 2) --------------------
 
 

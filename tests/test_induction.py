@@ -9,7 +9,7 @@ from anatomy.gpt_numpy import forward, lm_loss
 from anatomy.gpt_torch import GPT, from_numpy, to_numpy_params
 from anatomy.induction import (
     copier_weights,
-    copy_task_batch,
+    copy_pairs_batch,
     half_losses,
     half_masks,
     repeated_tokens,
@@ -39,15 +39,27 @@ def test_repeated_tokens_repeat_their_first_half_and_follow_the_seed():
         repeated_tokens(0, 0, 8, 5)
 
 
-def test_copy_task_windows_repeat_with_a_period_that_varies():
-    ids = copy_task_batch(np.random.default_rng(0), 400, 17, 50, 2)
-    periods = []
-    for row in ids:
-        n = next(n for n in range(2, 9) if np.array_equal(row[n:], row[:-n]))
-        periods.append(n)
-    assert set(periods) == set(range(2, 9))                # every period from 2 to T // 2
-    with pytest.raises(ValueError, match=r"min_period: expected an integer in \[2, T/2\]"):
-        copy_task_batch(np.random.default_rng(0), 2, 16, 50, 9)
+def test_copy_pairs_windows_copy_first_half_bigrams_at_random_places():
+    rng = np.random.default_rng(0)
+    ids, copied = copy_pairs_batch(rng, 300, 17, 50, 3)
+    assert ids.shape == copied.shape == (300, 17) and ids.min() >= 0 and ids.max() < 50
+    assert (copied.sum(axis=1) == 3).all() and not copied[:, :9].any()
+    places = set()
+    for row, marks in zip(ids, copied, strict=True):
+        for q in np.flatnonzero(marks):                    # ids[q-1], ids[q] copy a bigram
+            p = q - 1
+            assert any(row[j] == row[p] and row[j + 1] == row[q] for j in range(7))
+            places.add(int(p))
+    assert places == set(range(8, 16))                     # every place of the second half
+    again, _ = copy_pairs_batch(np.random.default_rng(0), 300, 17, 50, 3)
+    assert np.array_equal(ids, again)
+    assert all(len(set(row[:8])) == 8 for row in ids)     # the first half: distinct ids
+    with pytest.raises(ValueError, match="T: expected at most V = 12 ids"):
+        copy_pairs_batch(rng, 2, 17, 12, 3)
+    with pytest.raises(ValueError, match="pairs: expected at most 4 bigrams for windows of"):
+        copy_pairs_batch(rng, 2, 17, 50, 5)
+    with pytest.raises(ValueError, match="pairs"):
+        copy_pairs_batch(rng, 2, 17, 50, 0)
 
 
 def test_half_masks_and_losses_pick_each_half():

@@ -5,7 +5,7 @@ import torch
 
 from anatomy.flops import training_memory_bytes
 from anatomy.gpt_torch import GPT, configure_optimizer
-from anatomy.memory import activation_bytes, saved_bytes, training_state
+from anatomy.memory import activation_bytes, saved_bytes, training_state, weight_copies
 from anatomy.params import TOY, GPTConfig
 
 
@@ -72,6 +72,26 @@ def test_adamw_keeps_16_bytes_per_parameter_in_fp32_and_under_autocast(autocast)
     assert state["weights"] == state["gradients"] == (("float32",), 4 * N)
     assert state["optimizer state"] == (("float32",), 8 * N)        # two moments, no counters
     assert state["in all"] == (("float32",), 16 * N)
+
+
+def test_autocast_keeps_a_16_bit_copy_of_every_weight_matrix_until_backward():
+    torch.manual_seed(0)
+    # explicit attention: PyTorch's fused bfloat16 CPU attention fails with AVX-512 off
+    model = GPT(TOY, attn="explicit")
+    ids = torch.randint(0, TOY.V, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        copies = weight_copies(model, lambda: model(ids, ids))
+    # every matrix a product reads: W_qkv, W_o, W_1, W_2 per block and the tied head;
+    # the position table is only looked up, so it is never cast
+    matrices = {n: p for n, p in model.named_parameters() if p.ndim == 2 and n != "pos_emb"}
+    assert set(copies) == set(matrices)
+    assert copies == {n: 2 * p.numel() for n, p in matrices.items()}
+
+
+def test_without_autocast_no_weight_is_copied():
+    model = GPT(TOY)
+    ids = torch.randint(0, TOY.V, (2, 16))
+    assert weight_copies(model, lambda: model(ids, ids)) == {}
 
 
 def test_plain_sgd_keeps_no_optimizer_state():

@@ -192,3 +192,38 @@ def test_unknown_placement_init_and_block_are_named():
     with pytest.raises(ValueError, match=r"hi: expected a block index in \[-L, L\) = "
                                          r"\[-4, 4\), got 4"):
         ratio_split(prof, 0, 4)
+
+
+def test_gpt2_unscaled_undoes_only_the_writing_projections_scaling():
+    # Chapter 6: the same draw, with W_o and W_2 multiplied back by sqrt(2L).
+    from anatomy.norm_placement import _gpt2_setup
+
+    scaled, x, _, _ = _gpt2_setup(3, 16, 4, 5, 2, 11, 7)
+    unscaled, x_u, _, _ = _gpt2_setup(3, 16, 4, 5, 2, 11, 7, scaled=False)
+    for a, b in zip(scaled, unscaled, strict=True):
+        for name in a:
+            factor = np.sqrt(6) if name in ("W_o", "W_2") else 1.0
+            np.testing.assert_allclose(b[name].numpy(), a[name].numpy() * factor, rtol=1e-15)
+    np.testing.assert_array_equal(x.numpy(), x_u.numpy())
+    # Without the scaling, at L = 48, d = 32, the pre-norm stream grows and the slope is back.
+    pre = grad_profile("pre", init="gpt2_unscaled")
+    assert pre.size[-1] / pre.size[0] > 3
+    assert pre.params[0] / pre.params[-1] > 3
+
+
+def test_write_ratio_is_write_over_read():
+    # Fan-in: each write is of the order of what it reads; GPT-2's init: tiny writes.
+    fan = grad_profile("pre", L=8)
+    assert fan.write_ratio.shape == (8, 2)
+    assert 0.3 < fan.write_ratio.min() and fan.write_ratio.max() < 2
+    assert grad_profile("pre", L=8, init="gpt2").write_ratio.max() < 0.05
+    # Block 0's attention in pre-norm reads LN1 of the input, a vector of length ~sqrt(d).
+    from anatomy.blocks import LN_EPS
+    from anatomy.norm_placement import _fan_in_setup, _write_ratio, attention
+
+    blocks, x, _, _ = _fan_in_setup(8, 32, 4, 8, 2, 64, 0)
+    read = torch.nn.functional.layer_norm(x, (32,), eps=LN_EPS)
+    write = attention(read, blocks[0], 4)
+    want = float(write.norm(dim=-1).mean() / read.norm(dim=-1).mean())
+    assert _write_ratio("pre", x, blocks[0], 4)[0] == pytest.approx(want, rel=1e-12)
+    assert fan.write_ratio[0, 0] == pytest.approx(want, rel=1e-12)

@@ -303,6 +303,18 @@ def test_ch5_figures_draw_the_syllabus_numbers():
     assert len(tips) == 6
     plt.close(fig)
 
+    # Chapter 5 draws pair 1 of d_head = 16: each arrow is p * omega_1 from the x axis.
+    omega = pair_frequencies(16)[1]
+    fig = draw_rope_pair(pair=(1.0, 0.0), positions=range(6), query_key=(3, 0), shift=4,
+                         step=omega)
+    left, right = fig.axes
+    assert "turns 0.32 rad per step" in left.get_title()
+    assert "q . k = 0.58, 0.58" in right.get_title()                 # cos(3 omega_1)
+    tips = [max(patch.get_xy(), key=np.linalg.norm) for patch in left.patches]
+    np.testing.assert_allclose([np.arctan2(y, x) for x, y in tips], omega * np.arange(6),
+                               atol=1e-9)
+    plt.close(fig)
+
     fig = draw_similarity(SCHEMES, p=20, m=25, n_pos=64, d=16)
     assert len(fig.axes) == 6
     assert fig.axes[1].get_title() == "row p = 20: cos(p=20, m=25) = 0.77"

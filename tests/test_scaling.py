@@ -90,6 +90,11 @@ def test_score_std_at_init_of_gpt2_small_follows_the_variance_calculation():
     var_w = GPT2_SMALL.d * 0.02**2
     assert bare["raw"] == pytest.approx(np.sqrt(GPT2_SMALL.d_head) * var_w, rel=0.01)
     assert bare["raw"] > got["raw"]
+    # the input's variance is two tables' 0.02^2, and eps shrinks q . k by var / (var + eps)
+    assert got["x_var"] == pytest.approx(2 * 0.02**2, rel=0.02)
+    assert bare["x_var"] == got["x_var"]
+    eps_shrink = got["x_var"] / (got["x_var"] + 1e-5)
+    assert got["raw"] == pytest.approx(bare["raw"] * eps_shrink, rel=2e-3)
     with pytest.raises(ValueError, match="T: expected a positive integer"):
         score_std_at_init(TOY, T=0)
 

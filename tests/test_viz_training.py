@@ -23,6 +23,7 @@ from anatomy.viz.training import (  # noqa: E402
     draw_loss_curves,
     draw_lr_schedule,
     draw_next_chars,
+    loss_at_last_row,
     loss_by_position,
     next_char_probs,
     sampling_lab,
@@ -76,6 +77,27 @@ def test_loss_by_position_is_the_mean_cross_entropy(small):
     assert per_t.mean() == pytest.approx(float(sum(means) / 2), rel=1e-5)
     fig = draw_loss_by_position({"causal": per_t}, V=tokenizer.vocab_size)
     np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), per_t)
+    plt.close(fig)
+
+
+def test_loss_at_last_row_is_the_last_position_of_loss_by_position(small):
+    model, tokenizer = small
+    data = torch.tensor(tokenizer.encode(TEXT))
+    model.train()
+    per_t = loss_by_position(model, data, T=8, B=16, n_batches=2, seed=3)
+    last = loss_at_last_row(model, data, 8, B=16, n_batches=2, seed=3)
+    assert model.training                                   # left as it was found
+    assert last == pytest.approx(float(per_t[-1]), rel=1e-5)
+    gen = torch.Generator().manual_seed(5)                  # a shorter window, by hand
+    from anatomy.data import get_batch
+
+    model.eval()
+    with torch.no_grad():
+        x, y = get_batch(data, 16, 3, gen)                  # [16, 3]
+        want = torch.nn.functional.cross_entropy(model(x)[:, -1], y[:, -1]).item()
+    assert loss_at_last_row(model, data, 3, B=16, n_batches=1, seed=5) == pytest.approx(want)
+    fig = draw_loss_by_position({"causal": per_t}, title="the last row")
+    assert fig.axes[0].get_title() == "the last row"
     plt.close(fig)
 
 

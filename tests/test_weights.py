@@ -150,7 +150,8 @@ def _copy(tmp_path, *suffixes):
 
 
 def test_unknown_name_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown model 'shakespeare'; known: 'shakespeare-char'"):
+    known = r"known: 'induction', 'shakespeare-char'"
+    with pytest.raises(ValueError, match=r"unknown model 'shakespeare'; " + known):
         load("shakespeare")
     assert NAME in weights.names()
 
@@ -237,3 +238,87 @@ def test_first_steps_of_the_draft_recipe_reproduce_its_record():
                                           threads=rec["threads"], stop_at_record=True)
     verdict = make_mod.compare_record(rec, again)
     assert verdict == ("identical" if make_mod.records_match(again, rec) else "close")
+
+
+def test_the_copy_task_recipe_writes_a_model_that_loads_without_a_tokenizer(tmp_path):
+    # A short run of the induction recipe (100 steps, about 5 s): the files load with NumPy
+    # alone, with no tokenizer, and the book's forward pass runs them on [T] and [B, T] ids.
+    meta = make_mod.make(100, tmp_path, name=make_mod.INDUCTION, record_step=50,
+                         echo=lambda *_: None)
+    params, cfg, tok = load(make_mod.INDUCTION, folder=tmp_path)
+    assert tok is None and meta["vocab"] is None and cfg.attn_only and cfg.L == 2
+    assert list(params) == list(param_shapes(cfg))
+    ids = np.arange(cfg.ctx) % cfg.V
+    assert forward(params, ids, cfg).shape == (cfg.ctx, cfg.V)
+    assert forward(params, np.stack([ids, ids[::-1]]), cfg).shape == (2, cfg.ctx, cfg.V)
+    assert [row[0] for row in meta["history"]] == [0, 50, 100]
+    numpy_halves, torch_halves = meta["final"]["halves"].values()
+    assert np.allclose(numpy_halves, torch_halves, atol=1e-4)
+    cfg_run = make_mod.recipe(100, make_mod.INDUCTION)
+    _, again = make_mod.train_with_record(cfg_run, 50, stop_at_record=True)
+    assert make_mod.compare_record(meta["record"], again) == "identical"
+
+
+def test_the_induction_model_loads_without_a_tokenizer_and_is_what_its_recipe_makes():
+    params, cfg, tok = load(make_mod.INDUCTION)
+    meta = weights.info(make_mod.INDUCTION)
+    assert tok is None and meta["vocab"] is None
+    assert cfg == GPTConfig(V=64, ctx=32, d=64, L=2, h=2, attn_only=True)
+    assert list(params) == list(param_shapes(cfg))
+    assert meta["command"] == make_mod.command(2000, 200, 1, make_mod.INDUCTION)
+    assert meta["train_config"] == make_mod.recipe(None, make_mod.INDUCTION).to_dict()
+    assert weights.params_digest(params) == meta["weights"]["params_sha256"]
+    ids = np.arange(cfg.ctx) % cfg.V
+    assert forward(params, ids, cfg).shape == (cfg.ctx, cfg.V)
+    assert forward(params, np.stack([ids, ids]), cfg).shape == (2, cfg.ctx, cfg.V)
+
+
+def test_first_steps_of_the_induction_recipe_reproduce_its_record():
+    # Re-runs the recorded prefix (200 steps of a two-block attention-only model, ~5 s).
+    meta = weights.info(make_mod.INDUCTION)
+    rec = meta["record"]
+    cfg = make_mod.recipe(meta["final"]["step"], make_mod.INDUCTION)
+    _, again = make_mod.train_with_record(cfg, rec["step"], threads=rec["threads"],
+                                          stop_at_record=True)
+    verdict = make_mod.compare_record(rec, again)
+    assert verdict == ("identical" if make_mod.records_match(again, rec) else "close")
+
+
+def test_the_induction_model_has_the_circuit_the_chapter_shows():
+    # The chapter's claims, on sequences the run never scored: a previous-token head in
+    # layer 0, induction heads in layer 1, and the induction pattern lost when, and only
+    # when, layer 1's keys stop reading the previous-token head (K-composition).
+    from anatomy import interp
+    from anatomy.induction import half_losses, repeated_tokens
+
+    params, cfg, _ = load(make_mod.INDUCTION)
+    ids = repeated_tokens(7, 128, cfg.ctx, cfg.V)
+    first, repeat = half_losses(params, cfg, ids)
+    assert abs(first - np.log(cfg.V)) < 0.1 and repeat < 1.0
+    scores = interp.induction_scores(params, cfg, 128, cfg.ctx, 7)      # [L, h]
+    assert scores[1].min() > 0.5 and scores[0].max() < 0.1
+    t = np.arange(1, cfg.ctx)
+    prev = interp.attention_patterns(params, ids, cfg)[..., t, t - 1].mean(axis=(1, 3))
+    head = (0, int(np.argmax(prev[0])))
+    assert prev[head] > 0.4
+    q = np.arange(cfg.ctx // 2, cfg.ctx)
+    for path, collapses in (("q", False), ("k", True), ("v", False)):
+        broken = interp.break_path(params, cfg, ids, head, 1, path)
+        score = broken.weights[:, :, q, q - cfg.ctx // 2 + 1].mean()
+        assert (score < 0.1) == collapses, (path, score)
+
+
+def test_the_costliest_head_of_the_induction_model_is_the_predict_answer():
+    # Exercise N.2's answer, held to the shipped model on sequences it never scored.
+    from anatomy.exercises.induction import WORST_HEAD
+    from anatomy.induction import half_masks, repeated_tokens
+    from anatomy.interp import ablate_heads
+
+    params, cfg, _ = load(make_mod.INDUCTION)
+    ids = repeated_tokens(11, 128, cfg.ctx, cfg.V)
+    repeat = half_masks(*ids.shape)[1]
+    base = ablate_heads(params, cfg, ids, [], where=repeat)
+    cost = {(i, k): ablate_heads(params, cfg, ids, [(i, k)], where=repeat) - base
+            for i in range(cfg.L) for k in range(cfg.h)}
+    ranked = sorted(cost, key=cost.get, reverse=True)
+    assert ranked[0] == WORST_HEAD and cost[ranked[0]] > cost[ranked[1]] + 0.5

@@ -202,3 +202,24 @@ def residual_pieces(x: np.ndarray, blocks: Sequence[Mapping[str, np.ndarray]], h
         pieces[f"{i}.attn"], pieces[f"{i}.mlp"] = writes.attn, writes.mlp
         x = x + writes.attn + writes.mlp               # [..., T, d], same sums as block()
     return pieces
+
+
+def sublayer_reads(pieces: Mapping[str, np.ndarray], blocks: Sequence[Mapping[str, np.ndarray]]
+                   ) -> dict[str, np.ndarray]:
+    """What each sublayer reads: its LayerNorm's output, from :func:`residual_pieces`' pieces.
+
+    Keys "0.attn", "0.mlp", "1.attn", ...: LN1 of the stream entering block i, and LN2 of
+    that stream plus the attention's write (an attention-only block has no "i.mlp"). Put
+    beside the pieces, this compares each write with what its sublayer read (chapter 6).
+
+    Shapes: pieces: each [..., T, d], blocks: L dicts of block weights -> each read [..., T, d]
+    """
+    x = np.asarray(pieces["embed"])
+    reads = {}
+    for i, p in enumerate(blocks):
+        reads[f"{i}.attn"] = layer_norm(x, p["ln1_g"], p["ln1_b"])
+        x = x + pieces[f"{i}.attn"]                    # [..., T, d]
+        if "ln2_g" in p:
+            reads[f"{i}.mlp"] = layer_norm(x, p["ln2_g"], p["ln2_b"])
+            x = x + pieces[f"{i}.mlp"]
+    return reads

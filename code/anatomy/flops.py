@@ -298,15 +298,21 @@ def training_memory_bytes(cfg: GPTConfig, T: int, B: int = 1,
     "weights" N values, "gradients" one per weight, "AdamW state" two moments per weight
     (the running mean and the running mean square of the gradient), "activations"
     :func:`activation_values`, and "total". In fp32 the three parameter parts are 16N bytes,
-    whatever T and B; only the activations grow with them.
+    whatever T and B; only the activations grow with them. The 16N hold from the backward
+    pass until the gradients are freed; between steps, once ``zero_grad(set_to_none=True)``
+    has freed them (as ``anatomy.train.step.train_step`` does), 12N remain.
 
     Mixed precision does not shrink those 16N. Under ``torch.autocast``, this book's scheme,
-    the weights, gradients and both moments stay fp32 (16 bytes per parameter) and the
-    16-bit copies of the weights that the matmuls read are transient, remade at every
-    step. Schemes that keep 16-bit weights and gradients beside an fp32 master copy
-    and fp32 moments also come to 16 bytes: 2 + 2 + 4 + 4 + 4. What 16-bit compute can save
-    is activation memory. ``bytes_per_value=2`` counts every part at 2 bytes, which fits
-    training entirely in a 16-bit dtype, not either mixed-precision scheme.
+    the weights, gradients and both moments stay fp32 (16 bytes per parameter while the
+    gradients exist, 12 between steps) and the 16-bit copies of the weight matrices that
+    the matmuls read are remade at every step; autograd keeps them from the forward pass
+    until the backward pass has used them, about 2 more bytes per parameter while a step
+    runs (``anatomy.memory.weight_copies`` finds them; chapter 7 measures them). Schemes
+    that keep 16-bit weights and gradients beside an fp32 master copy and fp32 moments also
+    come to 16 bytes: 2 + 2 + 4 + 4 + 4 (14 between steps, without the gradients). What
+    16-bit compute can save is activation memory. ``bytes_per_value=2`` counts every
+    part at 2 bytes, which fits training entirely in a 16-bit dtype, not either
+    mixed-precision scheme.
     """
     N = count_params(cfg)
     parts = {"weights": N * bytes_per_value,

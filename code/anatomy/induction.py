@@ -9,10 +9,8 @@ model does it.
 
 - :func:`repeated_tokens`: sequences [n, T] whose second half repeats the first (what the
   chapter scores and measures on, and what :func:`anatomy.interp.induction_scores` draws).
-- :func:`copy_task_batch`: training windows that repeat a random segment to the end of
-  the window, its length drawn anew for every window. (Trained on these, a two-block model
-  learned to copy without a previous-token head in the experiments so far, so no shipped
-  model uses them yet.)
+- :func:`copy_pairs_batch`: the training windows of the chapter's model: distinct random
+  tokens, in whose second half some bigrams of the first half come again, at random places.
 - :func:`half_masks` and :func:`half_losses`: which predictions belong to each half, and the
   model's mean loss on each.
 
@@ -57,23 +55,41 @@ def repeated_tokens(rng, n_seq: int, seq_len: int, V: int) -> np.ndarray:
     return np.concatenate([half, half], axis=-1)                          # [n, T]
 
 
-def copy_task_batch(rng: np.random.Generator, B: int, T: int, V: int, min_period: int
-                    ) -> np.ndarray:
-    """Training windows: each repeats a segment of n random ids over and over, n drawn
-    uniformly from [min_period, T / 2] for each window, so that every window holds at least
-    two copies (n = T / 2 with T even is a :func:`repeated_tokens` sequence). Only the first
-    n ids of a window are unpredictable; from there on, each id is the one that followed the
-    previous occurrence of the id before it, at a distance no position can tell.
+def copy_pairs_batch(rng: np.random.Generator, B: int, T: int, V: int, pairs: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Training windows: each is ``T`` distinct ids drawn at random from [0, V), in whose
+    second half ``pairs`` bigrams of the first half are then written again: for each, a
+    random j in the first half and a random place p in the second, ids[p], ids[p + 1] =
+    ids[j], ids[j + 1]. The places are sorted and never overlap, and the room left over
+    falls between them at random (with many pairs they nearly tile the second half, so a
+    position says much about whether a copy is there, and nothing about which id it is):
+    ids[p + 1] is the id that followed the first-half occurrence of ids[p], which is unique
+    since the ids were distinct. ``copied[b, p + 1]`` marks those copied ids (in the
+    ``where=`` form of :func:`anatomy.interp.ablate_heads`). The other ids are not copies;
+    a few become predictable by chance, when two bigrams were copied from neighbouring
+    places.
 
-    Shapes: -> [B, T]
+    Shapes: -> ids [B, T], copied [B, T]   (T <= V, pairs <= (T - T // 2) // 2)
     """
-    if not 2 <= min_period <= T // 2:
-        raise ValueError(f"min_period: expected an integer in [2, T/2] = [2, {T // 2}], got "
-                         f"{min_period!r}")
-    ids = rng.integers(0, V, size=(B, T))                                # [B, T]
-    n = rng.integers(min_period, T // 2 + 1, size=B)                     # [B]
-    src = np.arange(T)[None, :] % n[:, None]                             # [B, T]: t mod n
-    return np.take_along_axis(ids, src, axis=-1)                         # [B, T]
+    for value, name in ((B, "B"), (T, "T"), (V, "V"), (pairs, "pairs")):
+        check_positive_int(value, name)
+    if T > V:
+        raise ValueError(f"T: expected at most V = {V} ids (they are distinct), got {T}")
+    half = T // 2
+    room = T - half - 2 * pairs                       # free slots left in the second half
+    if room < 0 or half < pairs + 1:
+        raise ValueError(f"pairs: expected at most {min((T - half) // 2, half - 1)} bigrams "
+                         f"for windows of T = {T}, got {pairs}")
+    ids = np.argsort(rng.random((B, V)), axis=-1)[:, :T]                  # [B, T] distinct
+    starts = np.sort(rng.integers(0, room + 1, size=(B, pairs)), axis=-1)  # [B, K]
+    places = half + starts + 2 * np.arange(pairs)                         # [B, K]: p, gaps >= 2
+    sources = rng.integers(0, half - 1, size=(B, pairs))                  # [B, K]: j
+    rows = np.arange(B)[:, None]                                          # [B, 1]
+    for shift in (0, 1):                                  # ids[p] = ids[j], ids[p+1] = ids[j+1]
+        ids[rows, places + shift] = ids[rows, sources + shift]
+    copied = np.zeros((B, T), dtype=bool)
+    copied[rows, places + 1] = True
+    return ids, copied
 
 
 def check_repeated(ids: np.ndarray, cfg: GPTConfig) -> np.ndarray:

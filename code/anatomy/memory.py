@@ -6,7 +6,9 @@ needs, a view shares its base's memory, and a fused attention kernel keeps no T 
 This module measures what it keeps, with ``torch.autograd.graph.saved_tensors_hooks``: every
 tensor saved for backward is seen once, and the bytes of the distinct storages behind them are
 summed, so q, k and v (views of one qkv tensor) count once. ``training_state`` adds up
-the other side, what a step leaves behind for the next: weights, gradients, optimizer state.
+the other side, what a step leaves behind for the next: weights, gradients, optimizer state,
+and ``weight_copies`` finds the 16-bit copies of the weights that a step under autocast keeps
+from its forward pass until its backward pass.
 
 Shapes: a model's ids [B, T] -> bytes (a plain number)
 """
@@ -56,12 +58,53 @@ def activation_bytes(model: torch.nn.Module, ids: torch.Tensor,
     return saved_bytes(lambda: model(*args), exclude=model.parameters())
 
 
+def weight_copies(model: torch.nn.Module, fn: Callable[[], object]) -> dict[str, int]:
+    """Parameters whose copy in another dtype autograd keeps for the backward pass while
+    ``fn()`` runs, each with the bytes of that copy.
+
+    Under ``torch.autocast`` a matrix product reads a 16-bit copy of its float32 weight and
+    saves that copy for its backward formula, so the copy lives from the forward pass until
+    the backward pass has used it. A saved tensor is taken as such a copy when its whole
+    storage holds exactly the values of one parameter cast to its dtype (so a transposed view
+    of the copy is found too). The parameters themselves, saved in their own dtype, are not
+    copies and are not listed. Nothing is run backward; what ``fn`` returns is dropped.
+
+    Shapes: parameters [any] -> {name: bytes}
+    """
+    params = dict(model.named_parameters())
+    casts: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+    found: dict[str, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if not t.is_floating_point() or not storage.nbytes():
+            return t
+        flat = t.new_empty(0).set_(storage, 0, (storage.nbytes() // t.element_size(),))
+        for name, p in params.items():
+            if p.dtype == t.dtype or p.numel() != flat.numel() or name in found:
+                continue
+            key = (name, t.dtype)
+            if key not in casts:
+                casts[key] = p.detach().to(t.dtype).reshape(-1)
+            if torch.equal(flat, casts[key]):
+                found[name] = storage.nbytes()
+                break
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return found
+
+
 def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer
                    ) -> dict[str, tuple[tuple[str, ...], int]]:
-    """What training keeps from one step to the next, part by part: ``"weights"``,
+    """What training holds at the moment of the call, part by part: ``"weights"``,
     ``"gradients"`` and ``"optimizer state"`` (AdamW's two moments per weight; scalar
     entries such as its step counters are left out), each as (the dtypes found, bytes), and
-    ``"in all"``. Parameters without a gradient yet count no gradient bytes.
+    ``"in all"``. Parameters without a gradient count no gradient bytes: called after
+    ``optimizer.step()`` it counts the gradients, called after
+    ``zero_grad(set_to_none=True)`` (the end of ``train_step``, so between steps) it
+    counts none.
     """
     params = list(model.parameters())
     parts = {"weights": params,

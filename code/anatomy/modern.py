@@ -215,9 +215,10 @@ def swiglu_width(d: int, multiple_of: int = 256, multiplier: float | None = None
     """The SwiGLU width Llama uses: two thirds of 4d, optionally scaled, rounded up.
 
     Two thirds of 4d keeps three matrices [d, d_ff] as large as GELU's two [d, 4d]. Meta's
-    code then multiplies by ``multiplier`` (1.3 for Llama 3 8B) and rounds up to a multiple
-    of ``multiple_of`` (256 for Llama 2, 1024 for Llama 3). Llama 2 7B: 11,008; Llama 3 8B:
-    14,336.
+    code then multiplies by ``multiplier`` (1.3 for Llama 3 8B and the 70B models) and rounds
+    up to a multiple of ``multiple_of`` (256 for LLaMA 1 and Llama 2 7B and 13B, 1024 for
+    Llama 3 8B, 4096 for Llama 2 70B and Llama 3 70B). Llama 2 7B: 11,008; Llama 3 8B: 14,336;
+    the 70B models: 28,672.
     """
     d = check_positive_int(d, "d")
     multiple_of = check_positive_int(multiple_of, "multiple_of")

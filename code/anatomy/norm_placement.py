@@ -13,7 +13,10 @@ in float64 on the CPU, with backpropagation (PyTorch), which is why this module 
 Two initialisations (``INITS``): "fan_in" draws every matrix with std 1/sqrt(fan-in), so each
 sublayer writes about as much as it reads and the effects of the placement show at once;
 "gpt2" is the whole model as :func:`anatomy.params.init_params` draws it (std 0.02, the two
-writing projections 0.02 / sqrt(2L), the embeddings included), whose writes are tiny.
+writing projections 0.02 / sqrt(2L), the embeddings included), whose writes are tiny at
+small widths such as d = 32 and grow with d;
+"gpt2_unscaled" is the same draw with W_o and W_2 multiplied back by sqrt(2L), to show what
+that one scaling does.
 :func:`ratio_split` and :func:`block_gains` take a profile apart: a block's weight gradient
 is the gradient arriving at its output times a local factor.
 
@@ -35,7 +38,7 @@ from .blocks import LN_EPS
 from .params import GPTConfig, block_params, init_params
 
 PLACEMENTS = ("pre", "post")
-INITS = ("fan_in", "gpt2")
+INITS = ("fan_in", "gpt2", "gpt2_unscaled")
 
 
 class GradProfile(NamedTuple):
@@ -51,8 +54,12 @@ class GradProfile(NamedTuple):
     the factor a LayerNorm reading it divides by.
     ``by_weight[name][l]``: the part of ``params[l]`` from one weight, such as ``"b_o"``
     (``params[l]`` is the root of the sum of their squares).
+    ``write_ratio[l]``: for block l's attention and MLP, the mean length of what the sublayer
+    writes over the mean length of what it reads (pre-norm: its LayerNorm's output;
+    post-norm: the stream itself).
 
-    Shapes: params [L], stream [L], size [L + 1], out [L], inv_std [L], by_weight[name] [L]
+    Shapes: params [L], stream [L], size [L + 1], out [L], inv_std [L], by_weight[name] [L],
+            write_ratio [L, 2]
     """
 
     params: np.ndarray
@@ -61,6 +68,7 @@ class GradProfile(NamedTuple):
     out: np.ndarray | None = None
     inv_std: np.ndarray | None = None
     by_weight: dict[str, np.ndarray] | None = None
+    write_ratio: np.ndarray | None = None
 
 
 class RatioSplit(NamedTuple):
@@ -161,10 +169,13 @@ def grad_profile(placement: str, L: int = 48, d: int = 32, h: int = 4, T: int = 
     from ``np.random.default_rng(seed)``, then random ids and targets from the same
     generator; the input is their token + position embeddings and the head is the tied
     token table. Pre-norm ends with a final LayerNorm before the head, as GPT-2 does;
-    post-norm's last sublayer already ends in one. ``skip_only`` lets the gradient travel
-    only along the skip path (see :func:`prenorm_block`). Float64 on the CPU, one thread.
+    post-norm's last sublayer already ends in one. ``init="gpt2_unscaled"``: the same model
+    with W_o and W_2 multiplied by sqrt(2L), so they too have std 0.02. ``skip_only`` lets
+    the gradient travel only along the skip path (see :func:`prenorm_block`). Float64 on the
+    CPU, one thread.
 
-    Shapes: -> params [L], stream [L], size [L + 1], out [L], inv_std [L], by_weight[name] [L]
+    Shapes: -> params [L], stream [L], size [L + 1], out [L], inv_std [L], by_weight[name] [L],
+               write_ratio [L, 2]
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
@@ -175,8 +186,11 @@ def grad_profile(placement: str, L: int = 48, d: int = 32, h: int = 4, T: int = 
     # thread fixes the order of every sum. Restored on the way out.
     torch.set_num_threads(1)
     try:
-        setup = _fan_in_setup if init == "fan_in" else _gpt2_setup
-        return _measure(placement, h, skip_only, *setup(L, d, h, T, B, V, seed))
+        if init == "fan_in":
+            parts = _fan_in_setup(L, d, h, T, B, V, seed)
+        else:
+            parts = _gpt2_setup(L, d, h, T, B, V, seed, scaled=init == "gpt2")
+        return _measure(placement, h, skip_only, *parts)
     finally:
         torch.set_num_threads(threads)
 
@@ -191,10 +205,19 @@ def _fan_in_setup(L: int, d: int, h: int, T: int, B: int, V: int, seed: int):
     return blocks, x, head, targets
 
 
-def _gpt2_setup(L: int, d: int, h: int, T: int, B: int, V: int, seed: int):
-    """The same four things for a GPT initialised by ``init_params`` (GPT-2's scheme)."""
+def _gpt2_setup(L: int, d: int, h: int, T: int, B: int, V: int, seed: int,
+                scaled: bool = True):
+    """The same four things for a GPT initialised by ``init_params`` (GPT-2's scheme).
+
+    ``scaled=False`` undoes the 1/sqrt(2L) on the writing projections W_o and W_2 (the same
+    draw, multiplied by sqrt(2L)); everything else is unchanged.
+    """
     rng = np.random.default_rng(seed)
     params = init_params(GPTConfig(V=V, ctx=T, d=d, L=L, h=h), rng)
+    if not scaled:
+        for i in range(L):
+            for name in ("W_o", "W_2"):
+                params[f"blocks.{i}.{name}"] = params[f"blocks.{i}.{name}"] * math.sqrt(2 * L)
     blocks = [{k: torch.from_numpy(v) for k, v in block_params(params, i).items()}
               for i in range(L)]
     ids = rng.integers(V, size=(B, T))
@@ -239,9 +262,32 @@ def _measure(placement: str, h: int, skip_only: bool, blocks: list, x: torch.Ten
               for i in range(L)]
     by_weight = {name: np.array([float(per_weight[i * n + j].norm()) for i in range(L)])
                  for j, name in enumerate(blocks[0])}                      # name -> [L]
+    with torch.no_grad():
+        ratio = [_write_ratio(placement, v.detach(), p, h)
+                 for v, p in zip(inputs, blocks, strict=True)]
     return GradProfile(params=np.array(params), stream=np.array(stream[:L]),
                        size=np.array(size), out=np.array(stream[1:]),
-                       inv_std=np.array(inv_std), by_weight=by_weight)
+                       inv_std=np.array(inv_std), by_weight=by_weight,
+                       write_ratio=np.array(ratio))
+
+
+def _write_ratio(placement: str, x: torch.Tensor, p: Mapping[str, torch.Tensor], h: int
+                 ) -> tuple[float, float]:
+    """Mean |write| / mean |read| of one block's attention and MLP, on the same forward pass.
+
+    Shapes: x [B, T, d] -> (attention's ratio, the MLP's ratio)
+    """
+    def size(v: torch.Tensor) -> float:
+        return float(v.norm(dim=-1).mean())                # mean over [B, T]
+
+    if placement == "pre":
+        read = _ln(x, p["ln1_g"], p["ln1_b"])
+        a = attention(read, p, h)
+        read2 = _ln(x + a, p["ln2_g"], p["ln2_b"])
+    else:
+        read, a = x, attention(x, p, h)
+        read2 = _ln(x + a, p["ln1_g"], p["ln1_b"])
+    return size(a) / size(read), size(mlp(read2, p)) / size(read2)
 
 
 def block_gains(profile: GradProfile) -> np.ndarray:

@@ -27,15 +27,16 @@ from ._validate import (
 def pair_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
     """How fast each feature pair turns: 1 / base^(2i/d) radians per position, i = 0..d/2-1.
 
-    Pair 0 turns one radian per step; each later pair turns more slowly, the last one almost
-    ``base`` times slower. The angle of pair i at position p is p times its frequency, in
-    :func:`sinusoidal` (base 10000) and in :func:`rope` alike.
+    Pair 0 turns one radian per step; each later pair turns more slowly, the last one
+    base^((d-2)/d) times slower (close to ``base`` only for wide heads: 100 times at d = 4
+    with base 10000, 7,499 at d = 64). The angle of pair i at position p is p times its
+    frequency, in :func:`sinusoidal` (base 10000) and in :func:`rope` alike.
 
     Shapes: -> [d/2]   (d even)
     """
     d = check_even(d, "d")
     base = check_positive_number(base, "base")
-    return 1.0 / base ** (np.arange(0, d, 2) / d)   # [d/2]: 1, ..., about 1/base
+    return 1.0 / base ** (np.arange(0, d, 2) / d)   # [d/2]: 1, ..., base^(-(d-2)/d)
 
 
 def _table_size(args: dict, sizes: dict) -> None:
@@ -145,8 +146,9 @@ def learned_positions(pos_emb: np.ndarray, T: int, start: int = 0) -> np.ndarray
 def alibi_slopes(h: int) -> np.ndarray:
     """ALiBi's per-head slopes: a geometric sequence 2^(-8/h), 2^(-16/h), ..., 2^(-8).
 
-    When h is not a power of two, the paper takes the slopes for the power of two below h
-    and fills the rest with every other slope of the next power of two.
+    When h is not a power of two, this follows the authors' reference code: the slopes for
+    the power of two below h, then every other slope of the next power of two. (The paper's
+    text gives the geometric sequence 2^(-8k/h) for every h.)
 
     Shapes: -> [h]
     """

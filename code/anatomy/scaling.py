@@ -229,14 +229,20 @@ def score_std_at_init(cfg: GPTConfig, T: int = 256, seed: int = 0,
                       eps: float = LN_EPS) -> dict[str, float]:
     """How widely the first block's scores spread under the library's initialisation.
 
-    ``init_params`` draws every W_qkv from N(0, 0.02^2) with zero bias and sets LayerNorm to
-    g = 1, b = 0, whatever the vocabulary and the depth. So a copy of ``cfg`` with one block
-    and a vocabulary of T tokens draws its block's weights from the same distribution as the
-    full model, for a small part of the cost (GPT-2 small in full is 124M numbers). The
-    block's input is token t at position t, for t < T, through the first LayerNorm. Returned:
+    ``init_params`` draws both embedding tables and every W_qkv from N(0, 0.02^2), with zero
+    bias, and sets LayerNorm to g = 1, b = 0, whatever the vocabulary and the depth. So in a
+    copy of ``cfg`` with one block and a vocabulary of T tokens, the weights the first
+    block's scores read (the embeddings, ln1, and W_qkv with its bias b_qkv, which starts at
+    zero) come from the same distributions as in the full model, for a small part of the
+    cost (GPT-2 small in full is 124M numbers).
+    W_o and W_2 do not (their std, 0.02 / sqrt(2L), depends on the depth), but the scores
+    never read them. The block's input is token t at position t, for t < T, through the
+    first LayerNorm. Returned:
     the std of the entries of q and k, and of the scores q . k over every head and every
-    pair of positions, raw and divided by sqrt(d_head). ``eps`` is the first LayerNorm's
-    (0 shows what the variance calculation, which ignores it, predicts).
+    pair of positions, raw and divided by sqrt(d_head); and ``x_var``, the variance of a
+    token's input features before the LayerNorm (averaged over the T tokens), which is what
+    its ``eps`` is added to. ``eps`` is the first LayerNorm's (0 shows what the variance
+    calculation, which ignores it, predicts).
 
     Shapes: x [T, d] -> q, k [h, T, d_head] -> scores [h, T, T]
     """
@@ -244,10 +250,11 @@ def score_std_at_init(cfg: GPTConfig, T: int = 256, seed: int = 0,
     one_block = dataclasses.replace(cfg, V=T, ctx=T, L=1)
     params = init_params(one_block, seed)
     x = params["tok_emb"] + params["pos_emb"]                      # [T, d]: token t at t
+    x_var = float(x.var(axis=-1).mean())                           # [T, d] -> [T] -> scalar
     x = layer_norm(x, params["blocks.0.ln1_g"], params["blocks.0.ln1_b"], eps=eps)
     qkv = x @ params["blocks.0.W_qkv"] + params["blocks.0.b_qkv"]  # [T, d] @ [d, 3d] -> [T, 3d]
     q, k, _ = np.split(qkv, 3, axis=-1)                            # 3 x [T, d]
     q, k = split_heads(q, cfg.h), split_heads(k, cfg.h)            # [T, d] -> [h, T, d_head]
     raw = q @ np.swapaxes(k, -1, -2)       # [h, T, d_head] @ [h, d_head, T] -> [h, T, T]
     return {"q_std": float(q.std()), "k_std": float(k.std()), "raw": float(raw.std()),
-            "scaled": float(raw.std() / math.sqrt(cfg.d_head))}
+            "scaled": float(raw.std() / math.sqrt(cfg.d_head)), "x_var": x_var}

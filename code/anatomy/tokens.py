@@ -162,8 +162,10 @@ def learn_merges(text: str | Sequence[str], vocab_size: int, pattern: str | None
     the pair are recounted, and a heap finds the next best pair, so a step costs the words
     it touches, not the whole text. Training stops
     early if no pair is left. ``stats``, if given, receives ``"symbols_visited"``, the
-    symbols of all the words counted, and ``"symbols_recounted"``, the symbols that
-    recounting every word after each merge visits (``learn_merges_naive``'s work).
+    symbols of all the words counted (each word once at the start, then after each merge
+    every changed word twice: its old pairs out, its new pairs in), and
+    ``"symbols_recounted"``, the symbols that recounting every word after each merge
+    visits (``learn_merges_naive``'s work).
     """
     _check_vocab_size(vocab_size, 0)
     counted = _word_counts(text, pattern)
@@ -195,7 +197,7 @@ def learn_merges(text: str | Sequence[str], vocab_size: int, pattern: str | None
         for i in where.pop(pair):
             old = words[i]
             new = merge(old, pair, new_id)
-            visited += len(old)
+            visited += len(old) + len(new)                # both are walked below
             for p in pairwise(old):                       # take the old word's pairs out
                 counts[p] -= freq[i]
                 changed.add(p)

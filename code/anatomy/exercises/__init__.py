@@ -41,9 +41,10 @@ _LAST_CHAPTER: list[str] = []
 
 # Chapters are numbered; the appendix's exercises are "A.1", "A.2", ... in module `appendix`,
 # and the unnumbered tokens chapter's "T.1", "T.2", ... in module `tokens`, the inference
-# chapter's "I.1", ... in module `inference`.
-_MODULES = {"A": "appendix", "T": "tokens", "I": "inference"}
-_TITLES = {"T": "Tokens", "I": "Inference"}
+# chapter's "I.1", ... in module `inference`, the induction chapter's "N.1", ... in module
+# `induction`.
+_MODULES = {"A": "appendix", "T": "tokens", "I": "inference", "N": "induction"}
+_TITLES = {"T": "Tokens", "I": "Inference", "N": "Induction"}
 
 
 def register(exercise: Exercise) -> Exercise:

@@ -115,6 +115,10 @@ class Exercise:
     fewer arguments); it must pass the check too. ``helpers`` are library functions the
     solution calls and shows before it, pasted with it (the slopes of ALiBi, say, where the
     hard part lives), so that the folded solution does not import them from the library.
+    ``fix`` is the smallest repair of a debug exercise's ``given``, the fixed side of the
+    solution's diff, when the library's function differs from ``given`` in more than the bug
+    (a ``math.sqrt`` where the chapter has only NumPy, say); by default ``shown`` or the
+    reference. Pasted over the stub in its chapter, it must pass the check.
     ``unchanged`` names the arguments the spec says to leave unchanged: the check runs the
     answer through ``run_unchanged``, and the mutation test changes each in place.
     """
@@ -137,6 +141,7 @@ class Exercise:
     shown: Callable | None = field(default=None, repr=False)
     helpers: tuple[Callable, ...] = field(default=(), repr=False)
     unchanged: tuple[str, ...] = ()
+    fix: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -373,7 +378,7 @@ def _solution_parts(ex: Exercise) -> list[tuple[bool, str]]:
         parts.append((False, ex.explain))
     shown = ex.shown or ex.reference
     if ex.kind == "debug":
-        diff = difflib.unified_diff(_body(ex.given), _body(shown), "as given",
+        diff = difflib.unified_diff(_body(ex.given), _body(ex.fix or shown), "as given",
                                     "fixed", lineterm="", n=1)
         parts.append((True, "\n".join(diff)))
         parts.append((False, "The fixed function, as the library has it:"))

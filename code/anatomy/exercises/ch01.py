@@ -180,12 +180,19 @@ def _scores_unscaled(q, k):
     return q @ np.swapaxes(k, -1, -2)
 
 
+def _fixed_scores(q, k):
+    """The function as given with its one bug repaired, in the chapter's own NumPy: the
+    fixed side of the solution's diff. Shapes: q [..., T_q, d_k], k [..., T_k, d_k]."""
+    return q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])   # -> [..., T_q, T_k]
+
+
 register(Exercise(
     id="1.2",
     title="Scores that break on a batch",
     kind="debug",
     reference=scaled_scores,
     given=_given_scores,
+    fix=_fixed_scores,
     diagnose=_diagnose_scores,
     battery=_score_battery,
     success="q k^T / sqrt(d_k) for one sequence, a batch, a batch of heads and fresh "

@@ -400,6 +400,20 @@ def _given_head_weights(x, W_q, W_k, h):
     return softmax(scores, axis=-1)
 
 
+def _fixed_head_weights(x, W_q, W_k, h):
+    """The function as given with its one bug repaired, in the chapter's own NumPy: the
+    fixed side of the solution's diff. Shapes: x [..., T, d] -> [..., h, T, T]."""
+    *lead, T, d = x.shape
+    d_head = d // h
+    # [..., T, d] @ [d, d] -> [..., T, d] -> [..., T, h, d_head]
+    q = (x @ W_q).reshape(*lead, T, h, d_head)
+    k = (x @ W_k).reshape(*lead, T, h, d_head)
+    q, k = np.swapaxes(q, -3, -2), np.swapaxes(k, -3, -2)  # [..., h, T, d_head]
+    # [..., h, T, d_head] @ [..., h, d_head, T] -> [..., h, T, T]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_head)
+    return softmax(scores, axis=-1)
+
+
 def _raw_head_scores(x, W_q, W_k, h, mixed: bool = False) -> np.ndarray:
     """Unscaled per-head scores; ``mixed`` cuts heads with a plain reshape (the mistake)."""
     x, W_q, W_k = (np.asarray(a, dtype=float) for a in (x, W_q, W_k))
@@ -500,12 +514,13 @@ register(Exercise(
     kind="debug",
     reference=multi_head_weights,
     given=_given_head_weights,
+    fix=_fixed_head_weights,
     diagnose=_diagnose_heads,
     battery=_head_battery,
     rtol=1e-4,
     atol=1e-6,
-    success="every head divides by sqrt(d_head), on one sequence, a batch, 12 heads of "
-            "width 8, one head and fresh random shapes in float32",
+    success="the library's weights on one sequence, a batch, 12 heads of width 8, one "
+            "head and fresh random shapes in float32",
     explain="The bug is np.sqrt(d): d is the model's width, but each head compares only "
             "its own d_head = d / h features, so its scores spread like sqrt(d_head). With "
             "sqrt(d) every head's scores come out sqrt(h) times too small, as if at a "

@@ -609,8 +609,8 @@ register(Exercise(
     battery=_newest_battery,
     rtol=1e-5,
     atol=1e-8,
-    success="the newest queries turned at their own positions, for whole sequences, a "
-            "single newest token, batches of heads and fresh random shapes",
+    success="the library's scores for whole sequences, a single newest token, batches "
+            "of heads and fresh random shapes",
     explain="The bug is rope(q): it turns the queries as if they were the first T_q "
             "positions. When the queries are the whole sequence that is right, which is "
             "why the function looks fine until it scores only the newest token. Turn them "

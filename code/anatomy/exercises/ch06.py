@@ -390,8 +390,8 @@ register(Exercise(
     battery=_stack_battery,
     rtol=1e-6,
     atol=1e-9,
-    success="each block's output is the next block's input, unchanged: the identity for "
-            "zero weights, and the library's stack on fresh random blocks",
+    success="the identity for zero weights, and the library's stack on fresh random "
+            "blocks",
     explain="The bug is x = x + block(x, p, h). A block already adds its input to its "
             "writes, so the extra x doubles the stream at every block (with zero weights the "
             "stack returns 2^L x). Pass the output on: x = block(x, p, h).",
@@ -543,6 +543,13 @@ def _no_residual_block(x, p, h):
 
 
 def _parallel_block(x, p, h):
+    """GPT-J's and PaLM's parallel block: one LayerNorm of x, read by both sublayers."""
+    ln = layer_norm(x, p["ln1_g"], p["ln1_b"])
+    return x + _attn(ln, p, h) + _mlp(ln, p)
+
+
+def _parallel_two_norms(x, p, h):
+    """GPT-NeoX's parallel block: each sublayer reads its own LayerNorm of x."""
     return (x + _attn(layer_norm(x, p["ln1_g"], p["ln1_b"]), p, h)
             + _mlp(layer_norm(x, p["ln2_g"], p["ln2_b"]), p))
 
@@ -616,12 +623,18 @@ def _diagnose_block(fn, rng) -> None:
         if np.allclose(got, x, rtol=1e-6, atol=1e-9):
             raise Wrong(f"on {case}, the block returned its input unchanged: add what each "
                         "sublayer writes to the stream")
+        sequential = ("GPT-2's sequential block, where the MLP reads the stream after "
+                      "attention's write, LN2(x + Attn(LN1(x)))")
         if np.allclose(got, _parallel_block(x, p, h), rtol=1e-6, atol=1e-9):
             raise other_convention(
                 f"on {case}, that is the parallel block of GPT-J and PaLM, x + Attn(LN1(x)) "
-                "+ MLP(LN2(x)), where both sublayers read the block's input",
-                "GPT-2's sequential block, where the MLP reads the stream after "
-                "attention's write, LN2(x + Attn(LN1(x)))")
+                "+ MLP(LN1(x)), where both sublayers read one LayerNorm of the block's input",
+                sequential)
+        if np.allclose(got, _parallel_two_norms(x, p, h), rtol=1e-6, atol=1e-9):
+            raise other_convention(
+                f"on {case}, that is a parallel block with a LayerNorm per sublayer, as in "
+                "GPT-NeoX, x + Attn(LN1(x)) + MLP(LN2(x)), where both sublayers read the "
+                "block's input", sequential)
         for wrong, message in _block_mistakes(x, p, h):
             if np.allclose(got, wrong, rtol=1e-6, atol=1e-9):
                 raise Wrong(f"on {case}, {message}")
@@ -649,6 +662,7 @@ register(Exercise(
         (_post_norm_block, "that is post-norm"),
         (_no_residual_block, "the residual connections are missing"),
         (_parallel_block, "parallel block of GPT-J and PaLM"),
+        (_parallel_two_norms, "as in GPT-NeoX"),
         (lambda x, p, h: block(x, p, h, causal=False), "not causal"),
         (lambda x, p, h: x, "returned its input unchanged"),
     ),

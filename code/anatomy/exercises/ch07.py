@@ -448,7 +448,8 @@ register(Exercise(
     battery=_count_battery,
     rtol=0.0,
     atol=0.0,
-    success="each tensor once, tied tables and frozen ones included, buffers left out",
+    success="the library's count for tied and untied models, with and without a mask "
+            "buffer, with a frozen table, and a fresh random model",
     explain="state_dict() is everything a checkpoint saves: a tensor shared by two modules "
             "appears under each name, and buffers such as a causal mask are in it too. "
             "parameters() yields every learned tensor once.",
@@ -570,12 +571,22 @@ def _diagnose_flops(fn, rng) -> None:
         p = _parts(cfg, T, B)
         W, H, A = p["weights"], p["head"], p["attention"]
         causal = 4 * B * cfg.L * cfg.d * T * (T + 1) // 2
+        dense = ("the full T x T table that a dense masked pass computes and then "
+                 "masks, which is what FlopCounterMode sees")
         if T > 1 and got == W + H + causal:
             raise other_convention(
-                f"on {case}, you counted the causal half of the score table (T(T+1)/2 "
-                "entries per head, as FlashAttention's benchmarks do), the work a causal "
-                "kernel needs", "the full T x T table that a dense masked pass computes "
-                "and then masks, which is what FlopCounterMode sees")
+                f"on {case}, you counted the causal half of the score table, diagonal "
+                "included (T(T+1)/2 entries per head), the work a causal kernel needs",
+                dense)
+        if T > 1 and got == W + H + A // 2:
+            # One number, two causes: T^2/2 entries for both products equals the full
+            # table for one product, so the message names both.
+            raise Wrong(
+                f"on {case}, you got {got:,.0f} but it is {want:,}: attention came out at "
+                "half. If you counted both q k^T and weights @ v on T^2/2 entries per "
+                "head, as FlashAttention's benchmarks count a causal pass, that is a valid "
+                f"other convention, but this exercise asks for {dense}; if you counted "
+                "only one of the two products, count both")
         known = {
             want / 2: "half: you counted multiply-adds; each is 2 FLOPs (a matmul "
                       "[rows, in] @ [in, out] costs 2 x rows x in x out)",
@@ -583,7 +594,6 @@ def _diagnose_flops(fn, rng) -> None:
                    "though a tied head has no parameters of its own",
             W + H: "attention's own products are missing: q k^T and weights @ v cost 2 T d "
                    "each per token per layer",
-            W + H + A // 2: "half of attention: count both q k^T and weights @ v",
             want / B: f"one sequence only: multiply by the batch B = {B}",
             2 * count_params(cfg) * B * T + A: "2N per token is the rule of thumb; the exact "
                    "count has no FLOPs for embedding lookups, biases or LayerNorms",
@@ -613,6 +623,11 @@ def _causal_half(cfg, T, B=1):
     return forward_matmul_flops(cfg, T, B) - dense + 4 * B * cfg.L * cfg.d * T * (T + 1) // 2
 
 
+def _flash_half(cfg, T, B=1):
+    # FlashAttention's benchmarks: a causal pass costs half the dense one, T^2 / 2
+    return forward_matmul_flops(cfg, T, B) - 2 * B * cfg.L * T * T * cfg.d
+
+
 register(Exercise(
     id="7.C",
     title="Challenge: the matmul FLOPs of one forward pass, exactly",
@@ -628,5 +643,6 @@ register(Exercise(
         (_no_head, "the head is missing"),
         (_macs, "multiply-adds"),
         (_causal_half, "a different convention"),
+        (_flash_half, "as FlashAttention's benchmarks count a causal pass"),
     ),
 ))

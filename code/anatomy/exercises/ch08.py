@@ -35,6 +35,7 @@ from ._core import (
     expect_number,
     expect_shape,
     int_set,
+    other_convention,
     random_leading,
     run,
 )
@@ -760,6 +761,17 @@ def _variant(params, ids, cfg, *, final_ln=True, causal=True, positions=True, ac
     return x @ head.T                              # [..., T, d] @ [d, V] -> [..., T, V]
 
 
+_ERF = np.vectorize(math.erf, otypes=[float])
+
+
+def _exact_gelu(x: np.ndarray) -> np.ndarray:
+    """GELU's exact form, x Phi(x) with the normal CDF written with erf (torch's F.gelu).
+
+    Shapes: x [...] -> [...]
+    """
+    return 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)))
+
+
 _KNOWN_SLIPS = (
     ({"final_ln": False}, "they match a model without the final LayerNorm: normalise the "
                           "stream with lnf_g, lnf_b before the head"),
@@ -810,6 +822,11 @@ def _diagnose_forward(fn, rng) -> None:
         got = expect_shape(got, want.shape, case=case, name="the logits")
         if np.allclose(got, want, rtol=1e-4, atol=1e-5):     # float32 passes are right too
             continue
+        if np.allclose(got, _variant(params, ids, cfg, act=_exact_gelu), atol=1e-8):
+            raise other_convention(
+                f"on {case}, your logits match a model whose MLP uses the exact GELU, "
+                "x Phi(x) with erf (the textbook form and torch's F.gelu default)",
+                "GPT-2's tanh approximation, anatomy.blocks.gelu, which forward uses")
         for switches, why in _KNOWN_SLIPS:
             if np.allclose(got, _variant(params, ids, cfg, **switches), atol=1e-8):
                 raise Wrong(f"on {case}, your logits differ from the reference; {why}")
@@ -839,6 +856,10 @@ def _always_tied(params, ids, cfg):
     return _variant(params, ids, _tied(cfg))
 
 
+def _erf_gelu_model(params, ids, cfg):
+    return _variant(params, ids, cfg, act=_exact_gelu)
+
+
 register(Exercise(
     id="8.C",
     title="Challenge: the whole GPT forward pass from its pieces",
@@ -855,5 +876,6 @@ register(Exercise(
         (_no_causal_mask, "without the causal mask"),
         (_post_norm, "post-norm"),
         (_always_tied, "use tok_emb as the head"),
+        (_erf_gelu_model, "the exact GELU"),
     ),
 ))

@@ -1,7 +1,7 @@
 """The inference chapter's exercises ("I.1" ... "I.C"): the online-softmax update
 (implement), the acceptance rate at which speculative decoding breaks even (predict), an int8
-quantizer whose largest weight changes sign (debug), how much a text repeats itself
-(measure), and attention in tiles under a memory budget (the challenge)."""
+quantizer whose largest positive weight changes sign (debug), how much a text repeats itself
+(implement), and attention in tiles under a memory budget (the challenge)."""
 
 from __future__ import annotations
 
@@ -188,12 +188,28 @@ register(Exercise(
 # ---- I.3 an int8 quantizer (debug) ----------------------------------------------------------
 
 
+# The given function rounds into int64 and only then narrows to int8. Narrowing an integer
+# keeps its low 8 bits, so 128 wraps to -128 the same way on every CPU; a cast straight from
+# the float 128.0 is undefined behaviour in C, and NumPy does not pin its result down.
+
+
 def int8_as_given(W):
     """Int8 per output channel: q [n_in, n_out], scale [n_out]."""
     W = np.asarray(W, dtype=np.float64)
     scale = np.abs(W).max(axis=0) / 128                     # [n_out]
     scale = np.where(scale > 0, scale, 1.0)
     q = np.round(W / scale)                                 # [n_in, n_out]
+    q = q.astype(np.int64)                  # [n_in, n_out] as integers
+    return q.astype(np.int8), scale.astype(np.float32)
+
+
+def _int8_fixed(W):
+    """Int8 per output channel: q [n_in, n_out], scale [n_out]."""
+    W = np.asarray(W, dtype=np.float64)
+    scale = np.abs(W).max(axis=0) / 127                     # [n_out]
+    scale = np.where(scale > 0, scale, 1.0)
+    q = np.round(W / scale)                                 # [n_in, n_out]
+    q = q.astype(np.int64)                  # [n_in, n_out] as integers
     return q.astype(np.int8), scale.astype(np.float32)
 
 
@@ -271,10 +287,11 @@ def _per_row(W):
 
 register(Exercise(
     id="I.3",
-    title="An int8 quantizer whose largest weight flips",
+    title="An int8 quantizer whose largest positive weight flips",
     kind="debug",
     reference=absmax_int8,
     given=int8_as_given,
+    fix=_int8_fixed,
     diagnose=_diagnose_int8,
     battery=_int8_battery,
     success="each column's largest |w| maps to 127, q = round(W / scale) stays inside "
@@ -286,7 +303,7 @@ register(Exercise(
     ),
 ))
 
-# ---- I.4 how much a text repeats itself (measure) -------------------------------------------
+# ---- I.4 how much a text repeats itself (implement) -----------------------------------------
 
 
 def _loopy(rng, T: int, V: int) -> np.ndarray:
@@ -347,7 +364,7 @@ def _drops_last(ids, n=4):
 register(Exercise(
     id="I.4",
     title="How much a text repeats itself",
-    kind="measure",
+    kind="implement",
     reference=repeated_ngrams,
     diagnose=_diagnose_ngrams,
     battery=_ngram_battery,
@@ -364,9 +381,9 @@ _BUDGET_T = 1024
 def _tile_cases(rng):
     fixed = np.random.default_rng(11)
 
-    def qkv(lead, T_q, T_k, d, gen=fixed):
-        return (gen.standard_normal((*lead, T_q, d)), gen.standard_normal((*lead, T_k, d)),
-                gen.standard_normal((*lead, T_k, d)))
+    def qkv(lead, T_q, T_k, d_k, gen=fixed):                # d_v = d_k here
+        return (gen.standard_normal((*lead, T_q, d_k)), gen.standard_normal((*lead, T_k, d_k)),
+                gen.standard_normal((*lead, T_k, d_k)))
 
     cases = [("T = 8, block = 4, not causal", *qkv((), 8, 8, 4), 4, False),
              ("T = 8, block = 4, causal", *qkv((), 8, 8, 4), 4, True),

@@ -325,8 +325,8 @@ register(Exercise(
     shown=_fixed_apply_merges,
     diagnose=_diagnose_apply,
     battery=_apply_battery,
-    success="the merge learned first is applied first, on 'abcab', 'abcbc', 'bcab', one id, "
-            "no ids and fresh chunks under fresh merge tables",
+    success="the library's ids on 'abcab', 'abcbc', 'bcab', one id, no ids and fresh "
+            "chunks under fresh merge tables",
     explain="The bug is `max(known, key=seen.get)`: it picks the pair that is most frequent "
             "in this one chunk. Training already decided the order, so encoding must replay "
             "it: among the known pairs, merge the one with the smallest new id. (Applying "

@@ -7,7 +7,7 @@ weighted sum of values ``acc``. When a block arrives with a larger maximum, what
 so far is rescaled by exp(m_old - m_new), so the end result is exactly softmax(s) v, to
 rounding. Scratch memory is one [block, block] tile of scores per step instead of [T, T].
 
-Shapes: q [..., T_q, d], k [..., T_k, d], v [..., T_k, d_v] -> [..., T_q, d_v]
+Shapes: q [..., T_q, d_k], k [..., T_k, d_k], v [..., T_k, d_v] -> [..., T_q, d_v]
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def _tile_inputs(q, k, v, block: int, causal: bool) -> tuple[int, int]:
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal: expected True or False, got {causal!r}")
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    sizes = check_shape(q, "q", "[..., T_q, d]")
-    sizes |= check_shape(k, "k", "[..., T_k, d]", d=sizes["d"])
+    sizes = check_shape(q, "q", "[..., T_q, d_k]")
+    sizes |= check_shape(k, "k", "[..., T_k, d_k]", d_k=sizes["d_k"])
     check_shape(v, "v", "[..., T_k, d_v]", T_k=sizes["T_k"])
     try:
         np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -67,7 +67,7 @@ def _tile_inputs(q, k, v, block: int, causal: bool) -> tuple[int, int]:
 
 def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, block: int = 64,
                     causal: bool = False) -> np.ndarray:
-    """softmax(q k^T / sqrt(d)) v computed one [block, block] tile at a time.
+    """softmax(q k^T / sqrt(d_k)) v computed one [block, block] tile at a time.
 
     Equal to chapter 1's ``attention(q, k, v, mask)[0]`` (within 1e-12 in float64) for any
     T, a multiple of ``block`` or not, and any leading (batch, head) axes. With ``causal``
@@ -75,7 +75,7 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, block: int = 64
     KV cache) and query i sees keys up to its own position; tiles entirely in the future are
     skipped, not computed and masked. The result has q's dtype.
 
-    Shapes: q [..., T_q, d], k [..., T_k, d], v [..., T_k, d_v] -> [..., T_q, d_v]
+    Shapes: q [..., T_q, d_k], k [..., T_k, d_k], v [..., T_k, d_v] -> [..., T_q, d_v]
     """
     T_q, T_k = _tile_inputs(q, k, v, block, causal)
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
@@ -84,7 +84,7 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, block: int = 64
     out = np.empty((*lead, T_q, v.shape[-1]), dtype=np.result_type(q, v))
     scale = 1.0 / math.sqrt(q.shape[-1])
     for i0 in range(0, T_q, block):
-        qi = q[..., i0:i0 + block, :] * scale               # [..., b_q, d]
+        qi = q[..., i0:i0 + block, :] * scale               # [..., b_q, d_k]
         rows = qi.shape[-2]
         m = np.full((*lead, rows), -np.inf)                 # [..., b_q]
         l = np.zeros((*lead, rows))                         # noqa: E741  [..., b_q]
@@ -107,7 +107,7 @@ def naive_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
     reference the tiled pass is compared with; the same query alignment as
     :func:`tiled_attention`).
 
-    Shapes: q [..., T_q, d], k [..., T_k, d], v [..., T_k, d_v] -> [..., T_q, d_v]
+    Shapes: q [..., T_q, d_k], k [..., T_k, d_k], v [..., T_k, d_v] -> [..., T_q, d_v]
     """
     from ..attention import attention
 

@@ -57,24 +57,27 @@ def adamw_update(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: 
 
 def spike_moves(optimizer: str, clip: float | None, betas: tuple[float, float] = (0.9, 0.99),
                 n: int = 1000, lr: float = 1e-3, spike: float = 1000.0,
-                seed: int = 0) -> np.ndarray:
+                seed: int = 0, after: int = 100) -> np.ndarray:
     """How far weights move around one huge gradient, under ``"SGD"`` or ``"AdamW"``.
 
     ``n`` weights take 200 ordinary steps with fresh Gaussian gradients of global norm about
-    0.5, then one step whose gradient has norm about ``spike``, then 100 more ordinary steps.
-    With ``clip`` every gradient is first scaled down to a global norm of at most ``clip``,
-    as ``torch.nn.utils.clip_grad_norm_`` does. Returns the mean |move| of a weight on the
-    spike step and on each of the 100 after it, each divided by the mean |move| of the 50
-    ordinary steps just before the spike (no weight decay, eps 1e-8).
+    0.5, then one step whose gradient has norm about ``spike``, then ``after`` more ordinary
+    steps. With ``clip`` every gradient is first scaled down to a global norm of at most
+    ``clip``, as ``torch.nn.utils.clip_grad_norm_`` does. Returns the mean |move| of a weight
+    on the spike step and on each of the ``after`` steps that follow it, each divided by the
+    mean |move| of the 50 ordinary steps just before the spike (no weight decay, eps 1e-8).
+    The draws do not depend on ``after``: a longer run extends a shorter one.
 
-    Shapes: -> [101] (the spike step first)
+    Shapes: -> [after + 1] (the spike step first)
     """
     if optimizer not in ("SGD", "AdamW"):
         raise ValueError(f"optimizer: expected 'SGD' or 'AdamW', got {optimizer!r}")
+    if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+        raise ValueError(f"after: expected a positive number of steps, got {after!r}")
     gen = np.random.default_rng(seed)
     p, m, v = np.zeros(n), np.zeros(n), np.zeros(n)
     moves = []
-    for t in range(1, 302):
+    for t in range(1, 202 + after):
         size = spike if t == 201 else 0.5
         g = gen.standard_normal(n) * (size / np.sqrt(n))           # global norm about `size`
         if clip is not None:

@@ -4,8 +4,9 @@ Under float16 autocast a gradient scaler multiplies the loss by a factor S befor
 ``backward``, so small gradients survive float16, and divides the gradients by S again
 (``unscale_``) before anything reads them. Clipping reads them, so it comes after
 ``unscale_``. ``scaler.step`` skips the update when a gradient came out inf or nan, and
-``scaler.update`` then lowers S. In float32 and bfloat16 the scaler is disabled and those
-calls do nothing, so the same lines serve every run.
+``scaler.update`` then lowers S. In float32 and bfloat16 the scaler is disabled: ``scale``
+returns the loss unchanged, ``unscale_`` and ``update`` do nothing and ``scaler.step`` is a
+plain ``optimizer.step()``, so the same lines serve every run.
 
 Shapes: x, y [B, T] -> loss [], grad_norm []
 """

@@ -143,8 +143,9 @@ def _arrow(ax, xy, color, label, width=0.012):
 
 
 def draw_rope_pair(pair: Sequence[float] = (1.0, 0.4), positions: Sequence[int] = range(6),
-                   query_key: tuple[int, int] = (4, 1), shift: int = 2):
-    """One feature pair turning under RoPE (pair 0, one radian per position).
+                   query_key: tuple[int, int] = (4, 1), shift: int = 2, step: float = 1.0):
+    """One feature pair turning under RoPE by ``step`` radians per position (1 is pair 0's
+    speed; pair i of a head of width d turns by ``pair_frequencies(d)[i]``).
 
     Left: the same pair at each of ``positions``; the arrows keep their length. Right: a
     query at p and a key at m, then both shifted by ``shift``: the angle between them, and
@@ -155,19 +156,24 @@ def draw_rope_pair(pair: Sequence[float] = (1.0, 0.4), positions: Sequence[int] 
     pair = np.asarray(pair, dtype=float)
     radius = np.linalg.norm(pair)
     positions = np.asarray(list(positions))
-    turned = rope(np.tile(pair, (len(positions), 1)), positions)   # [n, 2]: d = 2, one pair
+
+    def turn(xy, at):
+        # rope's pair 0 turns 1 rad per position, so position p * step turns by p * step
+        return rope(np.atleast_2d(xy), np.asarray(at, dtype=float) * step)   # [n, 2]
+
+    turned = turn(np.tile(pair, (len(positions), 1)), positions)   # [n, 2]: d = 2, one pair
     fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.5))
     colors = plt.cm.viridis(np.linspace(0, 0.9, len(positions)))
     for xy, p, color in zip(turned, positions, colors, strict=True):
         _arrow(axes[0], xy, color, f"p={p}")
-    axes[0].set_title(f"pair (x0, x1) at positions {positions[0]}..{positions[-1]}\n"
-                      "turns 1 rad per step, length kept", fontsize=9)
+    axes[0].set_title(f"one pair at positions {positions[0]}..{positions[-1]}\n"
+                      f"turns {step:.2f} rad per step, length kept", fontsize=9)
     p, m = query_key
     query, key = np.array([1.0, 0.0]) * radius, pair
     scores = []
     for (qp, kp), color in (((p, m), "tab:blue"), ((p + shift, m + shift), "tab:orange")):
-        q_rot = rope(query[None], np.array([qp]))[0]               # [1, 2] -> [2]
-        k_rot = rope(key[None], np.array([kp]))[0]                 # [1, 2] -> [2]
+        q_rot = turn(query, [qp])[0]                               # [1, 2] -> [2]
+        k_rot = turn(key, [kp])[0]                                 # [1, 2] -> [2]
         _arrow(axes[1], q_rot, color, f"q at {qp}")
         _arrow(axes[1], k_rot, color, f"k at {kp}", width=0.006)
         scores.append(q_rot @ k_rot)

@@ -114,8 +114,41 @@ def loss_by_position(model: torch.nn.Module, data: torch.Tensor, T: int, B: int 
     return (total / n_batches).cpu().numpy()
 
 
-def draw_loss_by_position(curves: Mapping[str, np.ndarray], V: int | None = None):
-    """One line per model: the loss at each position t of the window. Returns the figure."""
+@torch.no_grad()
+def loss_at_last_row(model: torch.nn.Module, data: torch.Tensor, n: int, B: int = 64,
+                     n_batches: int = 4, seed: int = 0) -> float:
+    """Mean cross-entropy of the last row of random windows of ``n`` tokens.
+
+    This is the row that generation reads while its window holds n tokens (``sample`` feeds
+    the prompt and what it has written so far, up to ctx tokens, and takes the last row's
+    logits). With ``n = T`` and the same ``B``, ``n_batches`` and ``seed`` it equals the last
+    entry of ``loss_by_position``. Eval mode; the model is left as it was found.
+
+    Shapes: data [N] -> x, y [B, n] -> logits [B, n, V] -> last row [B, V] -> result []
+    """
+    raw = unwrap(model)
+    device = raw.device
+    was_training = raw.training
+    raw.eval()
+    gen = torch.Generator().manual_seed(seed)
+    total = 0.0
+    try:
+        for _ in range(n_batches):
+            x, y = get_batch(data, B, n, gen)                          # [B, n] each
+            logits = raw(x.to(device))[:, -1]                          # [B, n, V] -> [B, V]
+            total += F.cross_entropy(logits, y[:, -1].to(device)).item()  # vs [B]
+    finally:
+        raw.train(was_training)
+    return total / n_batches
+
+
+def draw_loss_by_position(curves: Mapping[str, np.ndarray], V: int | None = None,
+                          title: str | None = None):
+    """One line per model: the loss at each position t of the window. Returns the figure.
+
+    ``title`` replaces the default one (which says how ``loss_by_position`` averages), for
+    curves measured another way, such as ``loss_at_last_row`` at every window length.
+    """
     fig, ax = plt.subplots(figsize=(5.6, 2.8))
     T = 0
     for (name, losses), color in zip(curves.items(), ["tab:blue", "tab:red", "tab:green"],
@@ -127,8 +160,10 @@ def draw_loss_by_position(curves: Mapping[str, np.ndarray], V: int | None = None
         ax.axhline(math.log(V), color="gray", linestyle=":", linewidth=1, label=f"ln {V}")
     ax.set_xlabel("position t in the window (predicting token t + 1)")
     ax.set_ylabel("validation loss")
-    ax.set_title(f"loss at each position: logits [B, T, V] -> losses [B, T] -> mean over B, "
-                 f"T = {T}", fontsize=9)
+    if title is None:
+        title = (f"loss at each position: logits [B, T, V] -> losses [B, T] -> mean over B, "
+                 f"T = {T}")
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -100,13 +100,15 @@ def params_digest(params: Mapping[str, np.ndarray]) -> str:
 
 def load(name: str = DEFAULT, *, folder: str | Path | None = None,
          dtype: np.dtype | type | None = None
-         ) -> tuple[dict[str, np.ndarray], GPTConfig, CharTokenizer]:
+         ) -> tuple[dict[str, np.ndarray], GPTConfig, CharTokenizer | None]:
     """A shipped model: ``(params, cfg, tokenizer)``, checked before it is handed out.
 
     ``params`` is the flat dict of :func:`anatomy.params.param_shapes` (``tok_emb``,
     ``pos_emb``, ``blocks.0.W_qkv``, ...), float32 as trained unless ``dtype`` casts it
     (float64 for exact sums); ``cfg`` is its ``GPTConfig``; ``tokenizer`` is a character
-    tokenizer (``encode``, ``decode``, ``vocab_size``). The ``.npz`` must match the SHA-256
+    tokenizer (``encode``, ``decode``, ``vocab_size``), or None for a model trained on token
+    ids with no text behind them (``"induction"``, whose sidecar's vocab is null). The
+    ``.npz`` must match the SHA-256
     in its sidecar, and every name and shape of the table must be present: a missing file
     raises ``FileNotFoundError``, an altered one ``WeightsError``, an unknown name
     ``ValueError`` listing the known ones. ``folder`` defaults to the package's own.
@@ -117,7 +119,7 @@ def load(name: str = DEFAULT, *, folder: str | Path | None = None,
     meta = info(name, folder)
     try:
         cfg = GPTConfig(**meta["config"])
-        tokenizer = CharTokenizer(meta["vocab"])
+        tokenizer = None if meta["vocab"] is None else CharTokenizer(meta["vocab"])
         weights = meta["weights"]
         npz, want = folder / weights["file"], weights["sha256"]
     except (KeyError, TypeError) as err:
@@ -139,7 +141,7 @@ def load(name: str = DEFAULT, *, folder: str | Path | None = None,
     except ValueError as err:
         raise WeightsError(f"{npz} does not fit the config in {name}.json: {err}; "
                            f"{_REMAKE}") from None
-    if tokenizer.vocab_size != cfg.V:
+    if tokenizer is not None and tokenizer.vocab_size != cfg.V:
         raise WeightsError(f"{name}.json: vocabulary of {tokenizer.vocab_size} characters "
                            f"but cfg.V = {cfg.V}; {_REMAKE}")
     params = {key: arrays[key] if dtype is None else arrays[key].astype(dtype)

@@ -23,6 +23,17 @@ The name picks the recipe: ``--name shakespeare-char-draft`` makes the inference
 draft model for speculative decoding (chapter 9's ``cpu`` preset with one block, L=1, h=4,
 d=64, 1500 steps, about two minutes on one CPU thread), evaluated, checkpointed and recorded
 like the first; any other name gets the first model's recipe.
+
+``--name induction`` makes the induction chapter's model: two attention-only
+blocks (``attn_only``) trained on no text at all, but on windows of distinct random tokens
+whose second half copies bigrams of the first (``anatomy.induction.copy_pairs_batch``, from a seeded
+generator; the recipe's ``COPY_TASKS`` entry gives V and the number of bigrams). It is
+evaluated every 50 steps on fixed repeated sequences, and the loss on their first half and
+on their repeated half at every evaluation goes into the sidecar's ``history`` (the curve
+the chapter plots); its record holds those two losses at the record step instead of train
+and val. It loads with no tokenizer: ``load("induction", folder=...)`` gives ``(params, cfg,
+None)``. Its loss counts the copied tokens fully and the others at 0.02
+(``anatomy.train.induction``, which says why).
 """
 
 from __future__ import annotations
@@ -67,16 +78,27 @@ RECIPES = {
     DRAFT: dataclasses.replace(PRESETS["cpu"], name=DRAFT, L=1, max_steps=1500, eval_every=50,
                                eval_iters=10, ckpt_every=50),
 }
+INDUCTION = "induction"
+RECIPES[INDUCTION] = TrainConfig(
+    name=INDUCTION, L=2, h=2, d=64, T=32, B=64, max_steps=2000, lr=3e-3, min_lr=3e-4,
+    warmup_steps=100, eval_every=50, eval_iters=1, ckpt_every=50, attn_only=True)
+# Recipes trained on the copy task instead of a text: the vocabulary and copied bigrams.
+COPY_TASKS = {INDUCTION: {"V": 64, "pairs": 8}}
 DESCRIPTIONS = {
     DEFAULT: "Chapter 9's GPT trained on Tiny Shakespeare, one id per character",
     DRAFT: ("The inference chapter's draft model for speculative decoding: one block of "
             "chapter 9's cpu preset, trained on Tiny Shakespeare with the same vocabulary"),
+    INDUCTION: ("The induction chapter's model: two attention-only blocks trained "
+                "on random tokens whose second half copies bigrams of the first "
+                "(anatomy.induction.copy_pairs_batch)"),
 }
 # What must match for two runs of the same command to give bit-identical weights.
 MACHINE_KEYS = ("machine", "processor", "cpu_capability", "mkl_cbwr", "torch", "threads")
 # A sidecar recorded before a key existed was recorded without that switch set.
 KEY_DEFAULTS = {"mkl_cbwr": ""}
 LOSS_TOLERANCE = 0.01          # where the machine differs: |loss - recorded| at the record step
+# The losses a record may hold: a text model's train and val, a copy-task model's halves.
+RECORD_LOSSES = ("train_loss", "val_loss", "first_loss", "repeat_loss", "step_loss")
 
 
 class _Stop(Exception):
@@ -137,7 +159,7 @@ def compare_record(recorded: Mapping, again: Mapping) -> str:
                              f"{recorded['step']} differ: digest {again['params_sha256'][:12]} "
                              f"vs recorded {recorded['params_sha256'][:12]}")
         return "identical"
-    for key in ("train_loss", "val_loss", "step_loss"):
+    for key in (k for k in RECORD_LOSSES if k in recorded):
         if not abs(again[key] - recorded[key]) < LOSS_TOLERANCE:
             raise ValueError(f"{key} at step {recorded['step']}: {again[key]:.4f} vs recorded "
                              f"{recorded[key]:.4f}, more than {LOSS_TOLERANCE} apart")
@@ -176,6 +198,8 @@ def train_with_record(cfg: TrainConfig, record_step: int = RECORD_STEP, *,
     torch.set_num_threads(threads)
     record: dict = {}
     try:
+        if cfg.name in COPY_TASKS:
+            return _copy_task_with_record(cfg, record_step, stop_at_record, record)
         with tempfile.TemporaryDirectory() as run_dir:
             def at_evaluation(row: dict) -> None:
                 if row["step"] != record_step:
@@ -205,6 +229,32 @@ def train_with_record(cfg: TrainConfig, record_step: int = RECORD_STEP, *,
     if not record:
         raise RuntimeError(f"the run never evaluated step {record_step}")
     return history, record
+
+
+def _copy_task_with_record(cfg: TrainConfig, record_step: int, stop_at_record: bool,
+                           record: dict):
+    """:func:`train_with_record` for a recipe of ``COPY_TASKS``: the run of
+    ``anatomy.train.induction``, its weights read directly at the record step."""
+    from anatomy.train.induction import CopyRun, train_copy_task
+
+    def at_evaluation(row: dict, so_far: CopyRun) -> None:
+        if row["step"] != record_step:
+            return
+        record.update({"step": record_step, "first_loss": row["first_loss"],
+                       "repeat_loss": row["repeat_loss"],
+                       "step_loss": so_far.step_loss[record_step - 1],
+                       "params_sha256": params_digest(to_numpy_params(so_far.model)),
+                       **machine()})
+        if stop_at_record:
+            raise _Stop
+
+    try:
+        run = train_copy_task(cfg, log=at_evaluation, **COPY_TASKS[cfg.name])
+    except _Stop:
+        run = None
+    if not record:
+        raise RuntimeError(f"the run never evaluated step {record_step}")
+    return run, record
 
 
 @torch.no_grad()
@@ -239,6 +289,20 @@ def npz_bytes(params: Mapping[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
+def table_params(model: GPT) -> dict[str, np.ndarray]:
+    """The model's weights as NumPy arrays, in the shape table's order (the file's order)."""
+    params = to_numpy_params(model)
+    return {key: params[key] for key in param_shapes(model.cfg)}
+
+
+def write_npz(out: Path, name: str, params: Mapping[str, np.ndarray]) -> Path:
+    """Write ``out/NAME.npz`` atomically (creating ``out``); return its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    npz = out / f"{name}.npz"
+    atomic_write(npz, npz_bytes(params))
+    return npz
+
+
 def command(steps: int, record_step: int, threads: int, name: str) -> str:
     """The command line that makes these files (``--out`` and ``--data`` change no number)."""
     extra = "" if name == DEFAULT else f" --name {name}"
@@ -254,6 +318,8 @@ def make(steps: int | None = None, out: str | Path = FOLDER, *, name: str = DEFA
     cfg = recipe(steps, name)
     steps = cfg.max_steps
     _check_record_step(cfg, record_step)
+    if name in COPY_TASKS:
+        return _make_copy_task(cfg, record_step, out, threads, echo, t0)
     text = load_text(data_path)
     if sha256_of(text.encode("utf-8")) != SHA256:
         raise ValueError("data: the shipped model is trained on Tiny Shakespeare only; the "
@@ -264,17 +330,13 @@ def make(steps: int | None = None, out: str | Path = FOLDER, *, name: str = DEFA
                                          threads=threads)
     model = history.model.eval()
     model_cfg = model.cfg
-    params = to_numpy_params(model)
-    params = {key: params[key] for key in param_shapes(model_cfg)}     # the table's order
+    params = table_params(model)
     tokenizer = CharTokenizer(text)
     _, val = split(np.array(tokenizer.encode(text), dtype=np.int64))
     val_numpy = window_loss(params, val, model_cfg)
     val_torch = torch_window_loss(model, val)
-
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    npz = out / f"{name}.npz"
-    atomic_write(npz, npz_bytes(params))
+    npz = write_npz(out, name, params)
     sidecar = {
         "format": FORMAT,
         "name": name,
@@ -320,6 +382,64 @@ def make(steps: int | None = None, out: str | Path = FOLDER, *, name: str = DEFA
     return sidecar
 
 
+def _make_copy_task(cfg: TrainConfig, record_step: int, out: str | Path, threads: int,
+                    echo, t0: float) -> dict:
+    """:func:`make` for a recipe of ``COPY_TASKS``: no text, no tokenizer; the sidecar's
+    history holds the loss on each half of the fixed evaluation sequences."""
+    from anatomy.induction import half_losses, repeated_tokens
+    from anatomy.train.induction import EVAL_SEQUENCES, OTHER_WEIGHT, evaluate_halves
+
+    name, task = cfg.name, COPY_TASKS[cfg.name]
+    echo(f"training {name}: L={cfg.L} h={cfg.h} d={cfg.d} T={cfg.T} B={cfg.B}, attention "
+         f"only, V={task['V']}, {cfg.max_steps} steps on {threads} CPU thread(s)")
+    run, record = train_with_record(cfg, record_step, threads=threads)
+    model = run.model.eval()
+    model_cfg = model.cfg
+    params = table_params(model)
+    held_out = repeated_tokens(cfg.seed + 1, EVAL_SEQUENCES, cfg.T, task["V"])
+    numpy_halves = half_losses(params, model_cfg, held_out)
+    torch_halves = evaluate_halves(model, held_out)
+    out = Path(out)
+    npz = write_npz(out, name, params)
+    last = run.rows[-1]
+    sidecar = {
+        "format": FORMAT,
+        "name": name,
+        "description": (DESCRIPTIONS[name] + "; float32 weights named and shaped as "
+                        "anatomy.params.param_shapes."),
+        "command": command(cfg.max_steps, record_step, threads, name),
+        "config": dataclasses.asdict(model_cfg),
+        "n_params": count_params(model_cfg),
+        "train_config": cfg.to_dict(),
+        "vocab": None,
+        "data": {"task": "copy", **task, "windows": "anatomy.induction.copy_pairs_batch(rng, "
+                 "B, T + 1, V, pairs), rng = numpy.random.default_rng(seed)",
+                 "loss": f"weighted cross-entropy: copied tokens 1, others {OTHER_WEIGHT} "
+                 "(anatomy.train.induction.OTHER_WEIGHT)",
+                 "evaluation": f"anatomy.induction.repeated_tokens(seed + 1, "
+                 f"{EVAL_SEQUENCES}, T, V): first half and repeated half"},
+        "weights": {"file": npz.name, "sha256": file_sha256(npz), "dtype": "float32",
+                    "params_sha256": params_digest(params)},
+        "final": {"step": cfg.max_steps, "first_loss": last["first_loss"],
+                  "repeat_loss": last["repeat_loss"],
+                  "halves": {"numpy": list(numpy_halves), "torch": list(torch_halves)}},
+        "record": record,
+        "history_columns": ["step", "first_loss", "repeat_loss"],
+        "history": [[r["step"], round(r["first_loss"], 4), round(r["repeat_loss"], 4)]
+                    for r in run.rows],
+    }
+    atomic_write(out / f"{name}.json",
+                 (json.dumps(sidecar, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    echo(f"{sidecar['n_params']:,} parameters; step {cfg.max_steps}: first half "
+         f"{last['first_loss']:.4f}, repeated half {last['repeat_loss']:.4f} (numpy "
+         f"{numpy_halves[1]:.5f}, torch {torch_halves[1]:.5f})")
+    echo(f"record at step {record_step}: repeated half {record['repeat_loss']:.4f}, weights "
+         f"{record['params_sha256'][:12]}")
+    echo(f"wrote {npz} ({npz.stat().st_size:,} bytes) and {name}.json in "
+         f"{time.perf_counter() - t0:.0f} s")
+    return sidecar
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m anatomy.weights.make", description=(
         "Train the shipped character model on the CPU and write NAME.npz and NAME.json."))
@@ -334,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads; the record is bit-exact only at the same count (default 1)")
     p.add_argument("--name", default=DEFAULT, help=f"model name (default {DEFAULT}); "
-                   f"{DRAFT} picks the draft model's recipe")
+                   f"{DRAFT} picks the draft model's recipe, {INDUCTION} the induction "
+                   "chapter's (no data needed)")
     args = p.parse_args(argv)
     if args.steps is None:
         args.steps = recipe(None, args.name).max_steps
@@ -342,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--steps and --threads must be positive integers")
     try:
         _check_record_step(recipe(args.steps, args.name), args.record_step)
-        load_text(args.data)                       # the data is there and is the right file
+        if args.name not in COPY_TASKS:
+            load_text(args.data)                   # the data is there and is the right file
     except (ValueError, OSError, RuntimeError) as err:
         p.error(str(err))
     make(args.steps, args.out, name=args.name, data_path=args.data, threads=args.threads,
