@@ -175,7 +175,8 @@ class GPT(nn.Module):
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """GPT-2's initialisation: N(0, 0.02) for every matrix and embedding, and
         N(0, 0.02 / sqrt(2L)) for the two projections that write into the residual stream
-        (W_o, W_2), so the stream's variance does not grow with depth. Biases 0, LN gains 1.
+        (W_o, W_2), so that the writes added with depth stay small (chapter 6 measures how
+        the stream still grows). Biases 0, LN gains 1.
         """
         residual_std = 0.02 / math.sqrt(2 * self.cfg.L)
         for name, p in self.named_parameters():

@@ -140,7 +140,8 @@ def cached_multi_head_attention(
     Only the T new tokens are projected; their keys and values are appended to the cache, and
     each new query i sits at position T_past + i. The third result is the grown cache, to be
     passed as ``past`` next time. Keys and values of earlier tokens never change, because a
-    token's K and V depend only on that token's stream, which causal attention never updates.
+    token's K and V depend only on that token's stream, and under the causal mask no later
+    token changes an earlier token's stream.
 
     Shapes: x [..., T, d], past (K, V) each [..., h, T_past, d_head],
             mask broadcastable to [..., T, T_past + T]
