@@ -177,8 +177,8 @@ register(Exercise(
     explain="The previous-token head of layer 0. Both heads of layer 1 find the earlier "
             "copy through their keys, and their keys need what that one head wrote: without "
             "it, neither can copy, and the loss rises about as much as when both induction "
-            "heads are ablated together. Each induction head alone is cheaper to lose, "
-            "because the other one still copies.",
+            "heads are ablated together. The two induction heads share the copying, so "
+            "each alone costs less than the previous-token head that both depend on.",
 ))
 
 
