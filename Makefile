@@ -14,9 +14,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 
-# The training chapter reads Tiny Shakespeare from a local copy when there is one.
+# The chapters that read Tiny Shakespeare take it from a local copy when there is one;
+# without one (and with ANATOMY_DATA unset) they download it once and check its sha256.
+ifneq ($(wildcard ../shared/data/tinyshakespeare.txt),)
 ANATOMY_DATA ?= $(abspath ../shared/data/tinyshakespeare.txt)
 export ANATOMY_DATA
+endif
 # Same numbers on every run: one BLAS thread, and no surprise parallel reductions.
 export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1

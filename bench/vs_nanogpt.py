@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import os
 import platform
 import pstats
@@ -242,6 +243,51 @@ def profile(cmds: dict, steps: int) -> None:
           "optimizer: step + zero_grad; other: imports, data, the loop, logging")
 
 
+def op_profile(nanogpt: Path, steps: int) -> None:
+    """Forward + backward of both models in this process, one thread, under torch.profiler:
+    ms per step by ATen operator, and how fast the matrix products run (FLOPs counted from
+    the shapes: 6 per token per weight of every [d, *] matrix and the output head)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from anatomy.gpt_torch import GPT
+    from anatomy.params import GPTConfig
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(nanogpt))
+    nano_model = importlib.import_module("model")         # nanoGPT's model.py, from its checkout
+
+    V, T, B, L, d = 65, 64, 12, 4, 128
+    models = {"nanoGPT": nano_model.GPT(nano_model.GPTConfig(
+                  block_size=T, vocab_size=V, n_layer=L, n_head=4, n_embd=d, dropout=0.0,
+                  bias=False)),
+              "this book": GPT(GPTConfig(V=V, ctx=T, d=d, L=L, h=4))}
+    x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
+    ms: dict[str, dict[str, float]] = {}
+    for side, model in models.items():
+        for _ in range(3):                                   # warm-up
+            model(x, y)[1].backward()
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                model(x, y)[1].backward()
+        ms[side] = {e.key: e.self_cpu_time_total / 1e3 / steps for e in prof.key_averages()}
+    top = sorted({op for side in ms.values() for op, v in sorted(
+        side.items(), key=lambda kv: -kv[1])[:8]}, key=lambda op: -ms["this book"].get(op, 0))
+    print(f"\nForward + backward by operator, torch.profiler, {steps} passes each, one "
+          f"thread, B = {B}, T = {T}, L = {L}, d = {d}; self CPU ms per pass")
+    print("| operator | nanoGPT (ms) | this book (ms) |\n|---|---|---|")
+    for op in top:
+        print(f"| {op} | {ms['nanoGPT'].get(op, 0):.2f} | {ms['this book'].get(op, 0):.2f} |")
+    totals = {side: sum(v.values()) for side, v in ms.items()}
+    print(f"| all operators | {totals['nanoGPT']:.2f} | {totals['this book']:.2f} |")
+    flops = 6 * B * T * (L * 12 * d * d + d * V)
+    for side, v in ms.items():
+        mm = v.get("aten::mm", 0.0)
+        print(f"{side}: aten::mm {mm:.1f} ms per pass, {flops / mm / 1e6:.0f} GFLOP/s "
+              f"({flops / 1e9:.2f} GFLOP), {mm / totals[side]:.0%} of the operators' time")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout (a scratch folder)")
@@ -253,6 +299,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="profile each side once instead of the side-by-side runs")
     parser.add_argument("--profile-steps", type=int, default=500)
+    parser.add_argument("--ops", action="store_true",
+                        help="profile both models' forward + backward by operator, in-process")
     parser.add_argument("--entry", default="anatomy.train",
                         help="the module run as this book's side (default anatomy.train)")
     args = parser.parse_args()
@@ -269,6 +317,9 @@ def main() -> int:
     prepare_nanogpt_data(args.nanogpt.resolve(), args.data)
     print(f"{datetime.date.today()}, {cpu_model()}, torch {torch.__version__}, one thread "
           f"per run\n$ {' '.join(sys.argv)}")
+    if args.ops:
+        op_profile(args.nanogpt.resolve(), steps=20)
+        return 0
     with tempfile.TemporaryDirectory() as out_dir:
         steps = args.profile_steps if args.profile else args.steps
         cmds = commands(args.nanogpt.resolve(), args.data.resolve(), steps, Path(out_dir),

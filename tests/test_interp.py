@@ -16,12 +16,14 @@ from anatomy.interp import (
     attention_patterns,
     cosine_similarity,
     direct_logit_attribution,
+    first_key_weight,
     head_scores,
     logit_diff,
     logit_diff_attribution,
     patch_recovery,
     position_similarity,
     role_targets,
+    windows_by_start,
 )
 from anatomy.params import GPTConfig, block_params, init_params
 from anatomy.text import CharTokenizer
@@ -453,6 +455,45 @@ def test_after_blank_line_marks_the_line_after_two_newlines():
     assert after_blank_line(ids[None], tok.encode("\n")[0]).shape == (1, len(text))
 
 
+def test_windows_by_start_groups_every_window_by_how_it_begins():
+    text = "ab\nCd Xe,\n\nfgh"
+    tok = CharTokenizer(text)
+    kinds = windows_by_start(text, tok, 3)
+    got = {k: [tok.decode(r.tolist()) for r in w] for k, w in kinds.items()}
+    # not the window at 0 (its previous character is unknown) nor any that begins on "\n"
+    assert got == {"a line": ["Cd ", "fgh"], "a capital": ["Xe,"],
+                   "a lower-case letter": ["b\nC", "d X", "e,\n"], "a space": [" Xe"],
+                   "punctuation": [",\n\n"]}
+    assert list(got) == list(interp.START_KINDS)
+    with pytest.raises(ValueError, match="expected at least T \\+ 1 = 15 characters"):
+        windows_by_start(text, tok, 14)
+
+
+def test_first_key_weight_of_a_uniform_head_and_of_a_head_on_key_0(monkeypatch):
+    tok = CharTokenizer("ab\n")
+    nl = tok.encode("\n")[0]
+    ids = np.array([tok.encode("abab\nab"), tok.encode("ababab\n")])     # [2, 7]
+    params = init_params(SMALL, 0)
+    _fake_patterns(monkeypatch, lambda T: np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None])
+    uniform = first_key_weight(params, ids, SMALL, nl)
+    # before a newline: t = 2, 3 in row 0 and t = 2..5 in row 1; after: t = 4..6 and t = 6
+    assert uniform.uniform_before == pytest.approx(np.mean(1 / np.array([3, 4, 3, 4, 5, 6])))
+    assert uniform.uniform_after == pytest.approx(np.mean(1 / np.array([5, 6, 7, 7])))
+    assert np.allclose(uniform.before, uniform.uniform_before)
+    assert np.allclose(uniform.after, uniform.uniform_after)
+    first = np.zeros((7, 7))
+    first[:, 0] = 1.0                        # every query on key 0
+    _fake_patterns(monkeypatch, lambda T: first[:T, :T])
+    on_first = first_key_weight(params, ids, SMALL, nl)
+    assert on_first.before.shape == (SMALL.L, SMALL.h)
+    assert np.allclose(on_first.before, 1.0) and np.allclose(on_first.after, 1.0)
+    assert np.isnan(first_key_weight(params, ids[1, :6], SMALL, nl).after).all()
+    with pytest.raises(ValueError, match="every query t >= 2 has a newline in view"):
+        first_key_weight(params, np.array(tok.encode("a\nab")), SMALL, nl)
+    with pytest.raises(ValueError, match="expected T >= 3"):
+        first_key_weight(params, ids[:, :2], SMALL, nl)
+
+
 # ---------------------------------------------------------------- causes, on the shipped model
 
 
@@ -484,6 +525,26 @@ def test_shipped_previous_character_head_is_made_by_the_positions(passage):
     after = head_scores(flat, rows, cfg, tok)
     assert round(float(before.scores["previous"][0, 2]), 2) == 0.55
     assert abs(after.scores["previous"][0, 2] - after.uniform["previous"]) < 0.01   # 0.060
+
+
+def test_shipped_newline_head_looks_at_key_0_by_what_begins_the_window(passage):
+    # Chapter 4: L1H3's column at key 0 depends on the window's first character.
+    from anatomy.examples import PASSAGE
+
+    params, cfg, tok, rows = passage
+    nl = tok.encode("\n")[0]
+    kinds = windows_by_start(PASSAGE, tok, cfg.ctx)
+    assert len(kinds["a line"]) == 37 and len(kinds["a capital"]) == 78
+    w = {k: first_key_weight(params, v, cfg, nl) for k, v in kinds.items()}
+    w["cut"] = first_key_weight(params, rows, cfg, nl)
+    assert w["a line"].before[1, 3] > max(0.3, 4 * w["a line"].uniform_before)   # 0.37, 0.08
+    assert w["a capital"].before[1, 3] > w["a capital"].uniform_before + 0.1   # 0.30, 0.17
+    for k in ("cut", "a lower-case letter", "a space"):                        # near uniform
+        assert abs(w[k].before[1, 3] - w[k].uniform_before) < 0.03, k
+    for one in w.values():
+        assert one.after[1, 3] < 0.06
+        others = np.delete(one.before.ravel(), 1 * cfg.h + 3)
+        assert (others < one.uniform_before + 0.04).all()
 
 
 def test_shipped_logit_difference_against_the_runner_up(passage):

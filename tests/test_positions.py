@@ -14,6 +14,8 @@ from anatomy.positions import (
     learned_positions,
     pair_frequencies,
     position_axis,
+    principal_directions,
+    remove_direction,
     rope,
     rope_scores,
     shared_directions,
@@ -333,10 +335,10 @@ def test_position_similarity_rope_compares_one_vector_with_itself():
         np.testing.assert_allclose(np.diagonal(sim, gap), want, atol=1e-12)
 
 
-def test_gap_curves_wiggle_at_d16_and_fall_for_43_gaps_at_d512():
+def test_gap_curves_wiggle_at_d16_and_fall_almost_monotonically_at_d512():
     import matplotlib.pyplot as plt
 
-    from anatomy.viz.positions import draw_gap_curves, first_rise, gap_curve
+    from anatomy.viz.positions import draw_gap_curves, first_rise, gap_curve, gap_steps
 
     small = gap_curve(16, 64) * 8                              # back to PE . PE
     np.testing.assert_allclose(small[[0, 1, 2, 5, 20]], [8.0, 7.49, 6.37, 6.14, 5.78],
@@ -348,9 +350,26 @@ def test_gap_curves_wiggle_at_d16_and_fall_for_43_gaps_at_d512():
     wide = gap_curve(512, 64)
     assert first_rise(wide) == 44 and np.all(np.diff(wide[:44]) < 0)
     assert first_rise(np.arange(5.0)[::-1]) is None
+    # Chapter 5's figures: d = 512 rises at only 4 of 63 steps (gaps 44, 50, 56, 62), each
+    # by under 3e-4 of the scale; d = 16 rises at 33, by up to 0.15.
+    narrow, broad = gap_steps(gap_curve(16, 64)), gap_steps(wide)
+    assert (narrow["rises"], narrow["first_rise"], narrow["in_order"]) == (33, 4, 1219)
+    assert (broad["rises"], broad["first_rise"], broad["in_order"]) == (4, 44, 2011)
+    assert narrow["pairs"] == broad["pairs"] == 64 * 63 // 2
+    assert (np.flatnonzero(np.diff(wide) > 0) + 1).tolist() == [44, 50, 56, 62]
+    np.testing.assert_allclose([narrow["max_rise"], broad["max_rise"]], [0.1504, 0.000291],
+                               rtol=1e-3)
+    np.testing.assert_allclose([broad["min_fall"], broad["max_fall"]], [0.0001245, 0.07806],
+                               rtol=1e-3)
+    # A curve that only falls is a perfect ruler; one that never falls has no falls.
+    assert gap_steps(np.arange(5.0)[::-1]) == {
+        "rises": 0, "first_rise": None, "max_rise": 0.0, "min_fall": 1.0, "max_fall": 1.0,
+        "in_order": 10, "pairs": 10}
+    flat_up = gap_steps(np.arange(4.0))
+    assert (flat_up["rises"], flat_up["min_fall"], flat_up["in_order"]) == (3, 0.0, 0)
     fig = draw_gap_curves((16, 512), 64)
-    assert [t.get_text() for t in fig.axes[0].texts] == ["first rise: gap 4",
-                                                         "first rise: gap 44"]
+    assert [t.get_text() for t in fig.axes[0].texts] == [
+        "largest rise: 0.15 (gap 55)", "largest rise: 0.00029 (gap 62)"]
     plt.close(fig)
 
 
@@ -414,3 +433,43 @@ def test_shared_directions_rejects_bad_tables():
         shared_directions(np.ones((3, 4)), np.eye(4))
     with pytest.raises(ValueError, match="keep"):
         shared_directions(np.eye(4), np.eye(4), keep=0)
+
+
+def test_principal_directions_and_remove_direction():
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.standard_normal((6, 6)))[0]       # 6 orthonormal directions
+    spread = rng.standard_normal((200, 6)) * [5.0, 2.0, 1.0, 0.1, 0.1, 0.1]
+    table = spread @ basis.T + 3.0                             # shifted: centring matters
+    top = principal_directions(table, 2)                       # [2, 6]
+    assert top.shape == (2, 6)
+    np.testing.assert_allclose(np.abs(top @ basis[:, :2]), np.eye(2), atol=0.05)
+    cut = remove_direction(table, 2.5 * top[0])                # the length of u does not matter
+    np.testing.assert_allclose(cut @ top[0], 0.0, atol=1e-10)
+    np.testing.assert_allclose(cut @ top[1], table @ top[1], atol=1e-10)   # others untouched
+    assert position_axis(cut)[0] < position_axis(table)[0]
+    with pytest.raises(ValueError, match=r"k: a table of shape \(200, 6\) has at most 6"):
+        principal_directions(table, 7)
+    with pytest.raises(ValueError, match=r"k: expected a positive integer"):
+        principal_directions(table, 0)
+    with pytest.raises(ValueError, match=r"u: expected a direction, got a zero vector"):
+        remove_direction(table, np.zeros(6))
+    with pytest.raises(ValueError, match=r"u: expected shape \[d\]"):
+        remove_direction(table, np.ones(5))
+
+
+def test_the_shipped_models_ruler_makes_far_positions_opposite():
+    # Chapter 5's ablation: without its top principal direction the trained table's distant
+    # positions no longer point away from each other; without the second one they still do.
+    from anatomy.interp import cosine_similarity
+    from anatomy.weights import load
+
+    params, cfg, _ = load("shakespeare-char")
+    table = params["pos_emb"]
+    top = principal_directions(table, 2)
+
+    def far(t):
+        return similarity_by_gap(cosine_similarity(t), [(27, cfg.ctx - 1)])[0]
+
+    assert far(table) < -0.3
+    assert abs(far(remove_direction(table, top[0]))) < 0.05
+    assert far(remove_direction(table, top[1])) < -0.3

@@ -112,7 +112,10 @@ def test_cli_resume_keeps_the_saved_config_and_checks_the_flags(tmp_path, capsys
     with pytest.raises(SystemExit) as exit_:
         main(["--resume", "--max-steps", "8", "--precision", "float16", *common])
     assert exit_.value.code == 2
-    assert "precision='auto' saved vs 'float16' given" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "precision='auto' saved vs 'float16' given" in err
+    assert "the precision cannot change on a resume" in err
+    assert "no --preset, --set or --precision" in err
 
 
 def test_cli_help_says_a_new_max_steps_restretches_the_cosine():
@@ -120,6 +123,9 @@ def test_cli_help_says_a_new_max_steps_restretches_the_cosine():
     assert "with --resume, a value other than the saved one re-stretches the cosine" in \
         helps["max_steps"]
     assert "a new --max-steps re-stretches the cosine" in helps["resume"]
+    # A resume refuses another precision, so the help must not offer it as a change.
+    assert "only --max-steps and --compile may change" in helps["resume"]
+    assert "a --precision, --preset or --set must agree" in helps["resume"]
 
 
 # ---- learning-rate schedule ----------------------------------------------------------------

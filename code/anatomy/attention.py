@@ -44,9 +44,11 @@ def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
 def scaled_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """How well each query matches each key: dot products divided by sqrt(d_k).
 
-    If the entries of q and k have mean 0 and variance 1, q . k has variance d_k; dividing by
-    sqrt(d_k) brings it back to about 1 whatever the head width, so the softmax does not
-    saturate (Vaswani et al., 2017; chapter 2).
+    If the entries of q and k are independent with mean 0 and variance 1, q . k has variance
+    d_k; dividing by sqrt(d_k) brings it back to about 1 whatever the head width, so a wide
+    head does not start out with a saturated softmax (Vaswani et al., 2017; chapter 2).
+    Training can break the independence, and then the scaled scores can spread wider
+    (chapter 2 measures a trained model's spread).
 
     Shapes: q [..., T_q, d_k], k [..., T_k, d_k] -> scores [..., T_q, T_k]
     """

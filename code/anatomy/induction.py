@@ -1,11 +1,11 @@
 """The data of the induction chapter: random tokens whose second half repeats the first.
 
-Nothing in a random token predicts the next one, so on such a sequence the first half
-costs ln V per prediction whatever the model does. The second half is another matter: once
-a model has seen "... A B ..." it can predict B the next time A comes, by looking back for
-the earlier A and copying what followed it. That is the job of an induction head
-(Olsson et al., 2022), and the gap between the two halves' losses measures how well a
-model does it.
+Nothing in a random token predicts the next one, so on such a sequence no model can do
+better than ln V per prediction on the first half, on average (a model can do much worse).
+The second half is another matter: once a model has seen "... A B ..." it can predict B the
+next time A comes, by looking back for the earlier A and copying what followed it. That is
+the job of an induction head (Olsson et al., 2022), and the gap between the two halves'
+losses measures how well a model does it.
 
 - :func:`repeated_tokens`: sequences [n, T] whose second half repeats the first (what the
   chapter scores and measures on, and what :func:`anatomy.interp.induction_scores` draws).

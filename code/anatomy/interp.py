@@ -12,6 +12,9 @@ sublayer's write as it runs (``edit``).
   character, the character after such a copy), beside what a head spreading its attention
   evenly would score. A head whose score on one kind is high and far above that baseline has
   a pattern you can name with a number; what the model uses it for is a separate question.
+- :func:`first_key_weight`: each head's weight on a window's first id before and after a
+  newline comes into view, on any windows or, by :func:`windows_by_start`, grouped by how
+  they begin.
 - :func:`direct_logit_attribution`: one logit split into the contributions of the token
   embedding, the position embedding, each attention layer and each MLP (Elhage et al.,
   2021), with the final LayerNorm's scale frozen; the pieces sum to the logit.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -446,6 +450,76 @@ def after_blank_line(ids: np.ndarray, newline_id: int) -> np.ndarray:
     before = np.take_along_axis(is_newline, np.maximum(last - 1, 0), axis=-1)   # [B, T]
     out = (last >= 1) & before & ~is_newline                       # "\n\n" then this line
     return out.reshape(ids.shape)
+
+
+START_KINDS = ("a line", "a capital", "a lower-case letter", "a space", "punctuation")
+
+
+def windows_by_start(text: str, tokenizer, T: int) -> dict[str, np.ndarray]:
+    """Every window of T characters of ``text`` but the first (whose previous character is
+    unknown), grouped by how it begins (:data:`START_KINDS`): "a line" just after a
+    newline, otherwise on a capital, a lower-case letter, a space or anything else
+    ("punctuation"). Windows that begin on a newline are left out. For tokenizers with one
+    id per character.
+
+    Shapes: text of N characters -> each kind: windows [B, T]
+    """
+    ids = np.asarray(tokenizer.encode(text))
+    if len(ids) != len(text):
+        raise ValueError("tokenizer: expected one id per character of text")
+    if len(text) < T + 1:
+        raise ValueError(f"text: expected at least T + 1 = {T + 1} characters, got {len(text)}")
+    rows = np.lib.stride_tricks.sliding_window_view(ids, T)[1:]   # [N - T, T]
+    first = np.array(list(text[1:len(rows) + 1]))                 # each window's first char
+    mid = np.array(list(text[:len(rows)])) != "\n"                # previous char not a newline
+    kinds = {"a line": ~mid & (first != "\n"),
+             "a capital": mid & np.char.isupper(first),
+             "a lower-case letter": mid & np.char.islower(first),
+             "a space": mid & (first == " ")}
+    kinds["punctuation"] = mid & (first != "\n") & ~np.any(list(kinds.values()), axis=0)
+    return {kind: rows[where] for kind, where in kinds.items()}
+
+
+class FirstKey(NamedTuple):
+    """Mean weight on key 0 per (layer, head), [L, h], of the queries before and after a
+    newline comes into view, and what a head with no preference would put there."""
+
+    before: np.ndarray
+    after: np.ndarray
+    uniform_before: float
+    uniform_after: float
+
+
+def first_key_weight(params: Mapping[str, np.ndarray], ids: np.ndarray, cfg: GPTConfig,
+                     newline_id: int) -> FirstKey:
+    """How much each head attends to key 0, the window's first id, before and after a
+    newline comes into view. Only queries t >= 2 count (for t < 2 key 0 is the query
+    itself or the id just before it). ``before``: the mean weight on key 0 of the queries
+    with no newline at or before t; ``after``: the same for the queries at or after the
+    window's first newline (nan where no window has one). The uniform baselines are what a
+    head spreading its weight evenly over the t + 1 visible keys would put there.
+
+    Shapes: ids [T] or [B, T] (3 <= T <= ctx) -> before [L, h], after [L, h]
+    """
+    rows = _windows(ids, cfg)                                      # [B, T]
+    T = rows.shape[-1]
+    if T < 3:
+        raise ValueError(f"ids: expected T >= 3 (a query t >= 2), got shape {np.shape(ids)}")
+    on_first = attention_patterns(params, rows, cfg)[..., 2:, 0]  # [L, B, h, T-2]
+    seen = (np.cumsum(rows == newline_id, axis=-1) > 0)[:, 2:]     # [B, T-2]: a newline by t
+    if seen.all():
+        raise ValueError("ids: every query t >= 2 has a newline in view; nothing before one")
+    even = np.broadcast_to(1.0 / np.arange(3, T + 1), seen.shape)  # 1 / (t + 1) for t >= 2
+
+    def mean(where: np.ndarray) -> tuple[np.ndarray, float]:
+        if not where.any():
+            return np.full((cfg.L, cfg.h), np.nan), float("nan")
+        # [L, B, h, T-2] * [1, B, 1, T-2] summed over windows and queries -> [L, h]
+        total = (on_first * where[None, :, None]).sum(axis=(1, 3))
+        return total / where.sum(), float(even[where].mean())
+
+    (before, even_before), (after, even_after) = mean(~seen), mean(seen)
+    return FirstKey(before, after, even_before, even_after)
 
 
 def _token(value, cfg: GPTConfig, name: str) -> int:

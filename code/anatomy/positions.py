@@ -257,3 +257,35 @@ def shared_directions(a: np.ndarray, b: np.ndarray, keep: float = 0.9) -> tuple[
     r = int(np.searchsorted(np.cumsum(s ** 2) / total_a, keep - 1e-12)) + 1
     inside = b_c @ vt[:r].T                                    # [n_b, d] @ [d, r] -> [n_b, r]
     return r, float(np.sum(inside ** 2) / total_b)
+
+
+@validated(floats=("table",), where=_three_rows)
+def principal_directions(table: np.ndarray, k: int) -> np.ndarray:
+    """The k directions along which the centred rows of a table spread most, strongest
+    first (the top k principal directions), as unit vectors. The sign of each is arbitrary.
+
+    Shapes: table [n, d] (n >= 3) -> [k, d]
+    """
+    k = check_positive_int(k, "k")
+    n, d = table.shape
+    if k > min(n, d):
+        raise ValueError(f"k: a table of shape {table.shape} has at most {min(n, d)} "
+                         f"principal directions, got k={k}")
+    centred = table - table.mean(axis=0)                       # [n, d]
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)     # vt [min(n, d), d]
+    return vt[:k]
+
+
+@validated(floats=("table", "u"))
+def remove_direction(table: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Every row of a table with its component along u taken out, so that no row has any
+    length left in that direction (an ablation of one direction). The rows are not centred
+    first: each row loses exactly its own component along u.
+
+    Shapes: table [n, d], u [d] -> [n, d]
+    """
+    length = np.linalg.norm(u)
+    if not length > 0:
+        raise ValueError("u: expected a direction, got a zero vector")
+    unit = u / length                                          # [d]
+    return table - np.outer(table @ unit, unit)                # [n, d] - [n, 1] x [1, d]

@@ -732,9 +732,12 @@ _BEFORE = {
         "there are none to divide",
     ("unscale_", "clip"): "clipping before unscale_ clips the scaled gradients: their norm "
         "is S (65,536 at the start) times the true one, so clip_grad_norm_ reports a norm S "
-        "times too large and shrinks every gradient by about that factor. With SGD the step "
-        "then barely moves the weights; AdamW divides each gradient by its own running size, "
-        "so its step hardly changes, and only the reported norm is wrong",
+        "times too large and scales the gradients down to a norm of grad_clip; unscale_ then "
+        "divides by S, so every step is clipped to a norm of grad_clip / S. With SGD the "
+        "step then barely moves the weights. AdamW rescales each gradient by its own running "
+        "size, which hides much of the shrinking in a small model, but its steps still come "
+        "out shorter, and far shorter in a larger one, whose gradients fall near or below "
+        "AdamW's eps (the chapter measures both after exercise 9.6)",
     ("clip", "step"): "clipping after the step is too late: the update has already used "
         "the unclipped gradients",
     ("step", "update"): "update sets the next S from what step found (an inf or nan "

@@ -376,6 +376,8 @@ register(Exercise(
 # ---- I.C attention in tiles (challenge) -----------------------------------------------------
 
 _BUDGET_T = 1024
+_BUDGET_D = 4        # narrow heads: a [T, d] float64 array is 32 KiB
+_BUDGET_BLOCK = 64   # the budget is one [T, block] float64 slab of scores, 512 KiB
 
 
 def _tile_cases(rng):
@@ -415,15 +417,22 @@ def _diagnose_tiles(fn, rng) -> None:
                 "causal: query i sees keys 0..i only" if causal else
                 "rescale what was summed so far when a block brings a larger maximum")
         expect_close(got, want, case=case, rtol=1e-9, atol=1e-10, hint=hint)
-    q, k, v = (rng.standard_normal((_BUDGET_T, 16)) for _ in range(3))
-    table = _BUDGET_T * _BUDGET_T * 8                       # one [T, T] float64 table
-    used = peak_bytes(run, fn, q, k, v, 64, True, case=f"T = {_BUDGET_T}, block = 64",
-                      copy_inputs=False)
-    if used > table / 4:
-        raise Wrong(f"at T = {_BUDGET_T}, block = 64, your function's memory peaked at "
-                    f"{used / 2**20:.1f} MiB, more than a quarter of one [T, T] float64 "
-                    f"table ({table / 2**20:.0f} MiB): walk the queries in blocks as well as the "
-                    "keys, so that only one [block, block] tile of scores is alive at a time")
+    # The budget is one [T, block] float64 slab of scores. A pass that tiles only the keys
+    # (or only the queries) holds such a slab and its running sums besides, so it cannot fit;
+    # the reference's [block, block] tiles and [T, d] arrays take about a quarter of it.
+    q, k, v = (rng.standard_normal((_BUDGET_T, _BUDGET_D)) for _ in range(3))
+    slab = _BUDGET_T * _BUDGET_BLOCK * 8                    # one [T, block] float64 slab
+    used = peak_bytes(run, fn, q, k, v, _BUDGET_BLOCK, True, copy_inputs=False,
+                      case=f"T = {_BUDGET_T}, d = {_BUDGET_D}, block = {_BUDGET_BLOCK}")
+    if used > slab:
+        held = ("about a whole [T, T] table" if used > _BUDGET_T ** 2 * 8 / 2 else
+                "every query against a block of keys, or a block of queries against every "
+                "key, or a [T, T] mask")
+        raise Wrong(f"at T = {_BUDGET_T}, d = {_BUDGET_D}, block = {_BUDGET_BLOCK}, your "
+                    f"function's memory peaked at {used / 2**10:.0f} KiB, more than one "
+                    f"[T, block] float64 slab of scores ({slab / 2**10:.0f} KiB): it seems to "
+                    f"hold {held}; walk the queries in blocks as well as the keys, so that "
+                    "only [block, block] tiles of scores are alive at a time")
 
 
 def _tile_battery(rng):
@@ -449,6 +458,34 @@ def _no_rescale_tiles(q, k, v, block=64, causal=False):
     return out / total[..., None]
 
 
+def _keys_only_tiles(q, k, v, block=64, causal=False):
+    """Right to rounding, but every query meets each block of keys at once: a [T_q, block]
+    slab of scores per step."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    pos_q = T_k - T_q + np.arange(T_q)[:, None]             # [T_q, 1]
+    m = np.full(q.shape[:-1], -np.inf)
+    l = np.zeros(q.shape[:-1])                              # noqa: E741
+    acc = np.zeros((*q.shape[:-1], v.shape[-1]))
+    for j0 in range(0, T_k, block):
+        s = q @ np.swapaxes(k[..., j0:j0 + block, :], -1, -2) / np.sqrt(q.shape[-1])
+        if causal:                                          # [T_q, b_k]
+            s = np.where(j0 + np.arange(s.shape[-1]) > pos_q, -np.inf, s)
+        m, l, acc = online_softmax_update(m, l, acc, s, v[..., j0:j0 + block, :])  # noqa: E741
+    return acc / l[..., None]
+
+
+def _queries_only_tiles(q, k, v, block=64, causal=False):
+    """Right to rounding, but each block of queries meets every key it may see at once: a
+    [block, T_k] slab of scores per step."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    out = []
+    for i0 in range(0, T_q, block):
+        qi = q[..., i0:i0 + block, :]
+        seen = T_k - T_q + i0 + qi.shape[-2] if causal else T_k     # keys up to the last query
+        out.append(naive_attention(qi, k[..., :seen, :], v[..., :seen, :], causal))
+    return np.concatenate(out, axis=-2)
+
+
 register(Exercise(
     id="I.C",
     title="Attention in tiles",
@@ -460,7 +497,9 @@ register(Exercise(
     atol=1e-10,
     success="equal to attention within 1e-9, causal or not, T not a multiple of the block, "
             "T = 1, a batch of heads, fewer queries than keys, fresh random inputs, and "
-            "under a quarter of a [T, T] table of memory at T = 1024",
-    wrong_answers=((_whole_table, "more than a quarter of one [T, T]"),
+            "under one [T, block] slab of scores (512 KiB) at T = 1024, block = 64",
+    wrong_answers=((_whole_table, "a whole [T, T] table"),
+                   (_keys_only_tiles, "every query against a block of keys"),
+                   (_queries_only_tiles, "every query against a block of keys"),
                    (_no_rescale_tiles, "should be")),
 ))

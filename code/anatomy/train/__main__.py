@@ -89,9 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the learning rate jumps at the resume (a warning says by how much)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/ckpt.pt with its saved config and schedule (only "
-                        "--max-steps, --compile and --precision may be given; a new "
-                        "--max-steps re-stretches the cosine; a --preset or --set must agree "
-                        "with the saved config)")
+                        "--max-steps and --compile may change; a new --max-steps "
+                        "re-stretches the cosine; --eval-every and --ckpt-every are ignored, "
+                        "the saved ones are kept; a --precision, --preset or --set must "
+                        "agree with the saved config)")
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh even if OUT already holds a checkpoint")
     p.add_argument("--data", help=f"the text to train on: {FILENAME} (checked against its "
@@ -178,7 +179,7 @@ def _config(args, device: torch.device | None, saved: Path | None) -> TrainConfi
     if args.resume and args.preset is None and not args.set:
         if not changes:
             return None                  # take everything from the checkpoint...
-        try:                             # ...but --compile, --precision and cadences as given
+        try:                             # ...but check the flags given against it
             base = TrainConfig.from_dict(load_checkpoint(saved)["config"])
         except (CheckpointError, ValueError) as err:   # ValueError: a config not of this version
             _error(f"{err} To start the run afresh instead, use --overwrite without --resume.")

@@ -144,8 +144,9 @@ def choose_precision(device: torch.device | str, requested: str = "auto") -> Pre
 
     ``"float32"``, ``"bfloat16"`` or ``"float16"`` ask for one explicitly: float32 to rule
     mixed precision out when a run misbehaves, and either 16-bit format on a CPU, where
-    autocast works too (slowly), so the fp16 machinery can be tried without a GPU. bfloat16 on
-    a card older than 8.0 and 16-bit autocast on MPS are refused.
+    autocast works too, so the fp16 machinery can be tried without a GPU (its speed there,
+    against float32, is not measured here). bfloat16 on a card older than 8.0 and 16-bit
+    autocast on MPS are refused.
     """
     device = torch.device(device)
     if requested not in PRECISIONS:

@@ -4,14 +4,15 @@ induction chapter's model, made by ``python -m anatomy.weights.make --name induc
 The optimizer and schedule are chapter 9's (AdamW with decay on the matrices, gradient
 clipping, ``lr_at``'s warmup and cosine); the batches are fresh windows of
 ``copy_pairs_batch`` drawn from a NumPy generator seeded with ``cfg.seed``. The loss is a
-weighted mean: each copied token (the only ones a model can predict) counts 1, every other
-token ``OTHER_WEIGHT``. With every token counted alike (three quarters of the targets are
-not copies with the recipe's 8 pairs in 32), this recipe had not formed an induction head
-by step 3,000 for seeds 2 and 1337 (both layer-1 induction scores below 0.1); counted at
-0.02 it formed one by step 600 for seeds 0, 1, 2, 3 and 1337 (scores above 0.7), and the
-model still learned to guess evenly on the first half. (A likely reason, not tested: the
-targets no copy predicts add gradient noise, which inflates AdamW's second moment and so
-shrinks every step.) These runs are not part of the test suite.
+weighted mean: each copied token counts 1 (almost all the tokens a model can predict; a few
+others become predictable by chance), every other token ``OTHER_WEIGHT``. With every token
+counted alike (three quarters of the targets are not copies with the recipe's 8 pairs in
+32), this recipe had not formed an induction head by step 3,000 for seeds 2 and 1337 (both
+layer-1 induction scores below 0.1); counted at 0.02 it formed one by step 600 for seeds 0,
+1, 2, 3 and 1337 (scores above 0.7), and the model still learned to guess evenly on the
+first half. (A likely reason, not tested: the targets no copy predicts add gradient noise,
+which inflates AdamW's second moment and so shrinks every step.) These runs are not part of
+the test suite.
 
 Every ``eval_every`` steps (and at the end) the model is scored on one fixed set of
 ``repeated_tokens`` sequences: its loss on the first half and on the repeated half, the two
@@ -36,7 +37,7 @@ from anatomy.train.loop import seed_everything
 from anatomy.train.schedule import lr_at
 
 EVAL_SEQUENCES = 128       # fixed repeated_tokens sequences each evaluation scores
-OTHER_WEIGHT = 0.02        # the loss weight of a token no model can predict (a copy: 1)
+OTHER_WEIGHT = 0.02        # the loss weight of a token that is not a copy (a copy: 1)
 
 
 @dataclass

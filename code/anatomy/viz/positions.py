@@ -110,23 +110,48 @@ def first_rise(curve: np.ndarray) -> int | None:
     return int(rises[0]) + 1 if rises.size else None
 
 
+def gap_steps(curve: np.ndarray) -> dict:
+    """How a dot-product curve moves from each gap to the next.
+
+    - "rises": how many of the n_gaps - 1 steps go up, and "first_rise" the first gap at
+      which one does (:func:`first_rise`); "max_rise" the largest rise (0.0 if none);
+    - "min_fall", "max_fall": the smallest and largest drop among the steps that go down
+      (0.0 if none does);
+    - "in_order" of "pairs": the pairs of gaps g < g' with curve[g'] < curve[g], that is,
+      the farther gap scoring lower, as on a ruler (all pairs when the curve only falls).
+
+    Shapes: curve [n_gaps]
+    """
+    steps = np.diff(curve)                                       # [n_gaps - 1]
+    falls = -steps[steps < 0] if (steps < 0).any() else np.zeros(1)  # [n_falls]
+    near, far = np.triu_indices(curve.size, k=1)                 # [pairs] each, near < far
+    return {"rises": int((steps > 0).sum()), "first_rise": first_rise(curve),
+            "max_rise": float(max(steps.max(), 0.0)),
+            "min_fall": float(falls.min()), "max_fall": float(falls.max()),
+            "in_order": int((curve[far] < curve[near]).sum()), "pairs": int(near.size)}
+
+
 def draw_gap_curves(widths: Sequence[int] = (16, 512), n_gaps: int = 64):
     """The sinusoidal dot product against the gap for several widths, each scaled to start
-    at 1, with the first gap at which each curve rises marked.
+    at 1, with each curve's largest rise from one gap to the next marked and sized.
 
-    Narrow tables wiggle from the first few gaps; wide ones fall steadily for dozens.
+    Narrow tables wiggle from the first few gaps; wide ones fall almost monotonically,
+    their few rises too small to see at this scale.
     """
     fig, ax = plt.subplots(figsize=(6.2, 3.0))
-    for d, style in zip(widths, ("-o", "-s", "-^", "-v"), strict=False):
+    for j, (d, style) in enumerate(zip(widths, ("-o", "-s", "-^", "-v"), strict=False)):
         curve = gap_curve(d, n_gaps)                             # [n_gaps]
         line, = ax.plot(np.arange(n_gaps), curve, style, markersize=2.5, linewidth=1,
                         label=f"d = {d}")
-        rise = first_rise(curve)
-        if rise is not None:
+        steps = np.diff(curve)                                   # [n_gaps - 1]
+        if steps.max() > 0:
+            rise = int(steps.argmax()) + 1                       # the gap it rises to
             ax.plot([rise], [curve[rise]], "o", markersize=8, markerfacecolor="none",
                     markeredgecolor=line.get_color())
-            ax.annotate(f"first rise: gap {rise}", (rise, curve[rise]),
-                        textcoords="offset points", xytext=(6, 12), fontsize=8,
+            ax.annotate(f"largest rise: {steps.max():.2g} (gap {rise})",
+                        (rise, curve[rise]), ha="right",
+                        textcoords="offset points", fontsize=8,
+                        xytext=(-6, 12) if j % 2 == 0 else (-6, -20),  # labels apart
                         color=line.get_color(),
                         bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none"))
     ax.set_xlabel("gap m - p", fontsize=9)
