@@ -34,12 +34,13 @@ NBVAL_RUN := $(BIN)/python -m pytest $(NBVAL) -n 2 --dist loadfile chapters -q
 # each switch checked to have taken effect (.ci/kernels.py).
 KERNELS_OTHER := $(BIN)/python .ci/kernels.py run --
 
-.PHONY: help venv book book-student test test-fast lint unit nbval nbval-other build links \
+.PHONY: help venv book lab book-student test test-fast lint unit nbval nbval-other build links \
 	colab-check browser-check record sync clean
 
 help:
 	@echo "make book    build the HTML book into _build/html (creates .venv on first use)"
 	@echo "make test    lint + unit tests + strict nbval on two kernel families + book build (CI)"
+	@echo "make lab     open the chapters in JupyterLab (installs it into .venv on first use)"
 	@echo "make test-fast   the unit tests without those marked slow (a few minutes)"
 	@echo "make record  re-execute the chapters in place to re-record their outputs"
 	@echo "make lint    ruff (with bugbear) over code, tests, bench and chapters"
@@ -61,6 +62,13 @@ $(STAMP): requirements.txt pyproject.toml
 
 book: $(STAMP) build
 	@echo "Open _build/html/index.html"
+
+# JupyterLab, to run the chapters and do the exercises. Not in requirements.txt, so CI and the
+# book build do not carry it; installed against those pins, so it moves none of them.
+lab: $(STAMP)
+	$(BIN)/python -c 'import jupyterlab' 2>/dev/null || \
+	$(BIN)/python -m pip install --quiet jupyterlab -c requirements.txt
+	$(BIN)/jupyter lab chapters/
 
 build: $(STAMP)
 	rm -rf _build/html _build/.doctrees

@@ -5,6 +5,7 @@ Not a test: run it by hand (about twenty minutes for three pairs on an idle lapt
     git clone https://github.com/karpathy/nanoGPT /tmp/nanoGPT      # a scratch folder
     .venv/bin/python bench/vs_nanogpt.py --nanogpt /tmp/nanoGPT [--data FILE] [--pairs 3]
     .venv/bin/python bench/vs_nanogpt.py --nanogpt /tmp/nanoGPT --profile    # where time goes
+    .venv/bin/python bench/vs_nanogpt.py --nanogpt /tmp/nanoGPT --ops        # ... by operator
 
 nanoGPT is run from its own checkout, as its README says (its ``prepare.py`` writes its data
 from the same Tiny Shakespeare file, then its ``train.py`` trains); nothing of it is copied

@@ -15,7 +15,8 @@ Conventions, kept everywhere in the book:
   D tokens costs C ~ 6 N D.
 - The KV cache keeps one key and one value vector of width d per token per layer:
   2 L T d values per sequence. A cached decoding step reads all of it and every weight to
-  do about one FLOP per byte, so decoding is bound by memory bandwidth, not by FLOPs.
+  do about one FLOP per byte, so on an accelerator, for weights far larger than its caches
+  and kernels that cost little per call, decoding is bound by memory bandwidth, not FLOPs.
 - Training with AdamW keeps the weights, one gradient and two moments per weight (16N bytes
   in fp32, whatever T is) plus the activations, which grow with B and T.
 

@@ -3,9 +3,9 @@
 A text is UTF-8 bytes first, so a vocabulary that starts from the 256 byte values can spell
 any string and never needs an unknown token. Byte-pair encoding (BPE) then learns merges:
 count the adjacent pairs of tokens, give the most frequent pair a new id, replace it
-everywhere, repeat. GPT-2's tokenizer is exactly this, trained on WebText with 50,000
-merges, after a regex pre-split that keeps merges inside words, numbers, runs of
-punctuation and runs of whitespace (Radford et al., 2019).
+everywhere, repeat. GPT-2's tokenizer is exactly this, with 50,000 merges, after a regex
+pre-split that keeps merges inside words, numbers, runs of other characters (punctuation,
+symbols, emoji) and runs of whitespace (Radford et al., 2019).
 
 ::
 

@@ -311,8 +311,8 @@ def _diagnose_copier(fn, rng) -> None:
                    f"{right} of {total} positions of fresh repeated halves")
         if other > total / 2:
             raise Wrong(message + ": it mostly predicts the current token again; the "
-                        "second head must look at the token after the earlier copy, so "
-                        "its keys need the previous token (written by the first head)")
+                        "second head must look at the token after the earlier copy; one "
+                        "way: its keys read the previous token, written by the first head")
         raise Wrong(message + f"; it must be right at {COPIER_ACCURACY:.0%} of them")
 
 
