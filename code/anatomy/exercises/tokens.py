@@ -264,13 +264,16 @@ def _table(text: str, vocab_size: int) -> dict[tuple[int, int], int]:
 
 
 _ABC = {(97, 98): 256, (98, 99): 257}                 # "ab" learned before "bc"
+# "bc" learned first: rank order differs from the pairs' own order and from left to right
+_CBA = {(98, 99): 256, (97, 98): 257}
 
 
 def _apply_cases(rng) -> list[tuple[str, list[int], dict]]:
     cases = [("ids of 'abcab' with merges ab -> 256, then bc -> 257", list(b"abcab"), _ABC),
              ("ids of 'abcbc' with the same merges", list(b"abcbc"), _ABC),
              ("ids of 'bcab' with the same merges", list(b"bcab"), _ABC),
-             ("a single id", [97], _ABC), ("no ids at all", [], _ABC)]
+             ("a single id", [97], _ABC), ("no ids at all", [], _ABC),
+             ("ids of 'abc' with merges bc -> 256, then ab -> 257", list(b"abc"), _CBA)]
     text = _random_text(rng, 60)
     table = _table(text, 256 + int(rng.integers(15, 40)))
     for chunk in sorted(set(text.split()), key=len, reverse=True)[:4]:
@@ -309,6 +312,27 @@ def _latest_first(ids, merges):
     return ids
 
 
+def _smallest_pair(ids, merges):
+    ids = list(ids)
+    while len(ids) > 1:
+        known = [p for p in pairwise(ids) if p in merges]
+        if not known:
+            break
+        pair = min(known)                   # the smallest pair of ids, not the earliest merge
+        ids = merge(ids, pair, merges[pair])
+    return ids
+
+
+def _leftmost_known(ids, merges):
+    ids = list(ids)
+    while len(ids) > 1:
+        known = [p for p in pairwise(ids) if p in merges]
+        if not known:
+            break
+        ids = merge(ids, known[0], merges[known[0]])
+    return ids
+
+
 def _reverse_pass(ids, merges):
     ids = list(ids)
     for pair, new_id in sorted(merges.items(), key=lambda kv: kv[1], reverse=True):
@@ -325,8 +349,8 @@ register(Exercise(
     shown=_fixed_apply_merges,
     diagnose=_diagnose_apply,
     battery=_apply_battery,
-    success="the library's ids on 'abcab', 'abcbc', 'bcab', one id, no ids and fresh "
-            "chunks under fresh merge tables",
+    success="the library's ids on 'abcab', 'abcbc', 'bcab', one id, no ids, 'abc' with "
+            "'bc' learned first and fresh chunks under fresh merge tables",
     explain="The bug is `max(known, key=seen.get)`: it picks the pair that is most frequent "
             "in this one chunk. Training already decided the order, so encoding must replay "
             "it: among the known pairs, merge the one with the smallest new id. (Applying "
@@ -334,6 +358,8 @@ register(Exercise(
     wrong_answers=(
         (_latest_first, "merge the pair whose merge was learned first"),
         (_reverse_pass, "but expected"),
+        (_smallest_pair, "with merges bc -> 256, then ab -> 257"),
+        (_leftmost_known, "with merges bc -> 256, then ab -> 257"),
     ),
 ))
 

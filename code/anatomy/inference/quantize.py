@@ -3,9 +3,9 @@
 Each matrix is stored as small integers and a float scale per channel (or per group of
 ``group`` consecutive inputs of a channel): scale = max |w| / (2^(bits-1) - 1), integer =
 round(w / scale). Multiplying back (:func:`dequantize`) gives every weight to within half a
-scale step. Only the matrices are quantized (the embedding table, W_qkv, W_o, W_1, W_2 and an
-untied head); biases, LayerNorm gains and shifts and the position table stay float32, being a
-small fraction of the bytes. Int4 values are packed two to a byte.
+scale step. Every weight matrix except the position table is quantized (the token table,
+W_qkv, W_o, W_1, W_2 and an untied head); biases, LayerNorm gains and shifts and the position
+table stay float32, being a small fraction of the bytes. Int4 values are packed two to a byte.
 
 Shapes: W [n_in, n_out] -> q [n_in, n_out] int8 and scale [n_in / group, n_out]
 """
