@@ -370,8 +370,9 @@ def ablate_heads(params: Mapping[str, np.ndarray], cfg: GPTConfig, ids: np.ndarr
     (``how="mean"``, computed on the intact model), or by zero (``how="zero"``). Everything
     downstream, the MLP of the same block included, reads the edited stream. ``heads=[]``
     gives the intact model's loss. Mean-ablation keeps the average the later layers are used
-    to and removes only what the head says about this position and window; zeroing also
-    removes that average, so it can cost more than the head's information is worth.
+    to and aims to remove only what the head says about this position and window; zeroing
+    also removes that average. Neither bounds what the head's information is worth: the mean
+    is also written where the head would not have written it, so either can cost more.
 
     ``where`` (booleans shaped like ``ids``) keeps only the predictions of the ids it marks:
     where[..., j] counts the loss of predicting ids[..., j] from ids[..., :j], so column 0,

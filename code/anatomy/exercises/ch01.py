@@ -37,7 +37,7 @@ def _softmax_cases(rng: np.random.Generator) -> list[tuple[str, np.ndarray, int]
         ("large logits [1000, 1001, 1002]", np.array([1000.0, 1001.0, 1002.0]), -1),
         ("very negative logits [-1000, -1001, -1002]", np.array([-1000.0, -1001.0, -1002.0]),
          -1),
-        ("rows of very different scale, [[1000, 1001], [-1000, -999]]",
+        ("rows at very different levels, [[1000, 1001], [-1000, -999]]",
          np.array([[1000.0, 1001.0], [-1000.0, -999.0]]), -1),
         ("a wide row [-1000, 0, 1000]", np.array([-1000.0, 0.0, 1000.0]), -1),
         ("a single entry z = [7]", np.array([7.0]), -1),
@@ -104,7 +104,7 @@ register(Exercise(
     reference=softmax,
     diagnose=_diagnose_softmax,
     battery=_softmax_battery,
-    success="rows, batches, any axis, logits of +-1000, rows of very different scale, "
+    success="rows, batches, any axis, logits of +-1000, rows at very different levels, "
             "float32, and fresh random inputs",
     wrong_answers=(
         (_naive_softmax, "subtract each row's own maximum"),
