@@ -374,7 +374,8 @@ def _diagnose_dense(answer, rng) -> None:
         raise Wrong(f"answer with a string (a str), e.g. 'hello'; got a "
                     f"{type(answer).__name__}")
     if not answer:
-        raise Wrong("the empty string has no characters to count tokens per")
+        raise Wrong("the empty string has no characters, so it has no tokens per character; "
+                    "give a non-empty string")
     if len(answer) > _MOST_CHARS:
         raise Wrong(f"{len(answer)} characters is too long: at most {_MOST_CHARS}")
     ids = gpt2_tokenizer().encode_ordinary(answer)
