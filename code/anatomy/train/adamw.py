@@ -1,15 +1,15 @@
 """One AdamW update written out in NumPy: what ``torch.optim.AdamW`` does to each weight.
 
 Adam keeps two running averages per weight, m of the gradient and v of its square, and moves
-the weight by m / sqrt(v): a step that does not grow with the gradient: with betas (0.9,
-0.99) at most about the learning rate per weight (exactly that on the first step, a fraction
-of it once the gradients vary from step to step), in general at most lr * (1 - beta1) /
-sqrt(1 - beta2) when that is larger (Kingma and Ba, 2015). Both averages start at 0, so for
-the first steps they are too small; dividing by 1 - beta^t (the *bias correction*) undoes
-that. AdamW's weight decay is *decoupled* (Loshchilov and Hutter, 2019): the weight shrinks
-by lr * weight_decay of itself, apart from the gradient, instead of having weight_decay * p
-added to the gradient, where Adam's division by sqrt(v) would weaken it for weights with
-large gradients.
+the weight by m / sqrt(v): a step that does not grow with the gradient: typically about the
+learning rate per weight or less (exactly that on the first step, a fraction of it once the
+gradients vary from step to step), approximately bounded by it (Kingma and Ba, 2015) but not
+capped: a gradient that keeps growing can push it past. Both averages start at 0, so for the
+first steps they are too small; dividing by 1 - beta^t (the *bias correction*) undoes that.
+AdamW's weight decay is *decoupled* (Loshchilov and Hutter, 2019): the weight shrinks by lr
+* weight_decay of itself, apart from the gradient, instead of having weight_decay * p added
+to the gradient, where Adam's division by sqrt(v) would weaken it for weights with large
+gradients.
 
 Chapter 9's exercise 9.4 asks for this function; its check runs it against
 ``torch.optim.AdamW``.
