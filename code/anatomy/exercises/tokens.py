@@ -301,36 +301,23 @@ def _apply_battery(rng):
     return [((ids, merges), {}) for _, ids, merges in _apply_cases(rng)]
 
 
-def _latest_first(ids, merges):
-    ids = list(ids)
-    while len(ids) > 1:
-        known = [p for p in pairwise(ids) if p in merges]
-        if not known:
-            break
-        pair = max(known, key=merges.get)
-        ids = merge(ids, pair, merges[pair])
-    return ids
+def _merging_by(choose):
+    """A wrong encoder that merges, among the known pairs, the one ``choose`` picks."""
+    def apply(ids, merges):
+        ids = list(ids)
+        while len(ids) > 1:
+            known = [p for p in pairwise(ids) if p in merges]
+            if not known:
+                break
+            pair = choose(known, merges)
+            ids = merge(ids, pair, merges[pair])
+        return ids
+    return apply
 
 
-def _smallest_pair(ids, merges):
-    ids = list(ids)
-    while len(ids) > 1:
-        known = [p for p in pairwise(ids) if p in merges]
-        if not known:
-            break
-        pair = min(known)                   # the smallest pair of ids, not the earliest merge
-        ids = merge(ids, pair, merges[pair])
-    return ids
-
-
-def _leftmost_known(ids, merges):
-    ids = list(ids)
-    while len(ids) > 1:
-        known = [p for p in pairwise(ids) if p in merges]
-        if not known:
-            break
-        ids = merge(ids, known[0], merges[known[0]])
-    return ids
+_latest_first = _merging_by(lambda known, merges: max(known, key=merges.get))
+_smallest_pair = _merging_by(lambda known, merges: min(known))   # smallest ids, not rank
+_leftmost_known = _merging_by(lambda known, merges: known[0])
 
 
 def _reverse_pass(ids, merges):
