@@ -147,3 +147,13 @@ def pytest_collection_modifyitems(config, items):
         node = item.nodeid.removeprefix("tests/")
         if node.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _no_figure_from_an_earlier_test():
+    """Start every test with no open matplotlib figure, so a test that checks its own figures
+    are closed (plt.get_fignums() == []) is not failed by another test in the same worker."""
+    import sys
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+    yield

@@ -273,6 +273,7 @@ def test_memory_figure_stacks_the_same_parameters_over_growing_activations():
                                       for c in configs.values()])
     assert panels[0].patches[0].get_height() == panels[1].patches[0].get_height()
     assert panels[1].patches[6].get_height() > panels[0].patches[6].get_height()
+    matplotlib.pyplot.close(fig)
 
 
 def test_calculator_lab_snaps_heads_and_lengths(monkeypatch):
